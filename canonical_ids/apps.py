@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CanonicalIdsConfig(AppConfig):
+    name = "canonical_ids"
+    verbose_name = "Canonical ids"

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class InboundEmailConfig(AppConfig):
+    name = "inbound_email"
+    verbose_name = "Inbound email"

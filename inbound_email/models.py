@@ -1,0 +1,3 @@
+"""Models of the inbound_email app."""
+
+from django.db import models  # noqa: F401

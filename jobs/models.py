@@ -1,0 +1,3 @@
+"""Models of the jobs app."""
+
+from django.db import models  # noqa: F401

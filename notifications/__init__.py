@@ -1,0 +1,1 @@
+"""Email notifications: preferences and the missed-reply ladder, the three sweeps, the sender."""

@@ -1,0 +1,6 @@
+class NotificationError(Exception):
+    """Base of the notifications app's own errors."""
+
+
+class NotificationNotOpen(NotificationError):
+    """The notification can no longer be answered (already responded, expired or never sent)."""

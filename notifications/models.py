@@ -1,0 +1,131 @@
+"""Proposals, per-user notification preferences and the email-notification rows.
+
+The inbound-email app depends on `EmailNotification` (token, to_address, status) and on
+`notifications.services.notification_mark_responded`; keep those stable.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+def new_reply_token() -> str:
+    """256 random bits, URL-safe, so it fits a plus-address (reply+TOKEN@domain)."""
+    return secrets.token_hex(32)
+
+
+class Proposal(models.Model):
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        IN_REVIEW = "in_review", "In review"
+        SUBMITTED = "submitted", "Submitted"
+        ARCHIVED = "archived", "Archived"
+
+    title = models.CharField(max_length=300)
+    pi = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="proposals"
+    )
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.DRAFT)
+    run_id = models.CharField(
+        max_length=64, blank=True, help_text="The agent run whose conversation this belongs to."
+    )
+    slack_channel = models.CharField(
+        max_length=64, blank=True, help_text="Slack channel id where PI instructions are relayed."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "created_at"])]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class NotificationPreference(models.Model):
+    class Rung(models.TextChoices):
+        IMMEDIATE = "immediate", "Immediate"
+        DAILY = "daily", "Daily digest"
+        WEEKLY = "weekly", "Weekly digest"
+        PAUSED = "paused", "Paused"
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_preference"
+    )
+    rung = models.CharField(max_length=20, choices=Rung.choices, default=Rung.IMMEDIATE)
+    consecutive_missed = models.PositiveIntegerField(default=0)
+    downgraded_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.rung})"
+
+
+class EmailNotification(models.Model):
+    class Kind(models.TextChoices):
+        NEW_PROPOSAL = "new_proposal", "New proposal"
+        PROPOSAL_REVIEW = "proposal_review", "Proposal review request"
+        DIGEST = "digest", "Digest"
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SENDING = "sending", "Sending (claimed)"
+        SENT = "sent", "Sent"
+        RESPONDED = "responded", "Responded"
+        EXPIRED = "expired", "Expired"
+        FAILED = "failed", "Failed"
+
+    OPEN_STATUSES = (Status.PENDING, Status.SENDING, Status.SENT)
+    SENT_STATUSES = (Status.SENT, Status.RESPONDED, Status.EXPIRED)
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="email_notifications"
+    )
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    proposal = models.ForeignKey(
+        Proposal, null=True, blank=True, on_delete=models.CASCADE, related_name="notifications"
+    )
+    token = models.CharField(max_length=64, unique=True, default=new_reply_token, editable=False)
+    to_address = models.EmailField(
+        blank=True, help_text="The address the mail went to; only it may reply."
+    )
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    ses_message_id = models.CharField(max_length=200, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    responded_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "expires_at"]),
+            models.Index(fields=["kind", "status"]),
+            models.Index(fields=["user", "status"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "proposal"],
+                condition=Q(kind="proposal_review", status__in=["pending", "sending", "sent"]),
+                name="one_open_review_request_per_user_and_proposal",
+            ),
+            models.UniqueConstraint(
+                fields=["user", "proposal"],
+                condition=Q(kind="new_proposal"),
+                name="one_new_proposal_notice_per_user_and_proposal",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status__in=["sent", "responded", "expired"])
+                | (~Q(ses_message_id="") & Q(sent_at__isnull=False)),
+                name="sent_notification_has_message_id",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.pk} to user {self.user_id} ({self.status})"

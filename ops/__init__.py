@@ -1,0 +1,1 @@
+"""Operator entry points that span apps: schedules, the qcluster wrapper, status, demo."""

@@ -1,0 +1,72 @@
+"""The qcluster's schedules, created by code so nobody edits them by hand in the admin.
+
+`ensure_schedules()` is idempotent: it creates missing schedules, corrects drifted ones
+(func, cadence) by name, and leaves everything else alone. It runs from the `setup_schedules`
+command and from our `qcluster` wrapper before the cluster starts.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+from django_q.models import Schedule
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    name: str
+    func: str  # dotted path of a function taking no arguments
+    minutes: int  # cadence; django-q2's scheduler is minute-grained
+
+
+SCHEDULES: tuple[ScheduleSpec, ...] = (
+    ScheduleSpec("jobs: run due jobs", "jobs.tasks.run_due_jobs", 1),
+    ScheduleSpec("jobs: reap stale jobs", "jobs.tasks.reap_stale_jobs", 1),
+    ScheduleSpec("jobs: prune completed jobs", "jobs.tasks.prune_completed_jobs", 60),
+    ScheduleSpec("inbound email: poll", "inbound_email.tasks.poll_inbound_email", 1),
+    ScheduleSpec("notifications: new proposal sweep", "notifications.tasks.new_proposal_sweep", 1),
+    ScheduleSpec(
+        "notifications: proposal review sweep", "notifications.tasks.proposal_review_sweep", 5
+    ),
+    ScheduleSpec("notifications: digest sweep", "notifications.tasks.digest_sweep", 60),
+)
+
+
+def ensure_schedules() -> dict[str, int]:
+    """Create or correct every schedule in SCHEDULES; return counts of what changed."""
+    counts = {"created": 0, "updated": 0, "unchanged": 0}
+    with transaction.atomic():
+        for spec in SCHEDULES:
+            schedule = Schedule.objects.filter(name=spec.name).first()
+            if schedule is None:
+                Schedule.objects.create(
+                    name=spec.name,
+                    func=spec.func,
+                    schedule_type=Schedule.MINUTES,
+                    minutes=spec.minutes,
+                    repeats=-1,
+                    next_run=timezone.now(),
+                )
+                counts["created"] += 1
+                logger.info("schedule created: %s", spec.name, extra={"action": "schedule_created"})
+            elif (
+                schedule.func != spec.func
+                or schedule.schedule_type != Schedule.MINUTES
+                or schedule.minutes != spec.minutes
+                or schedule.repeats != -1
+            ):
+                schedule.func = spec.func
+                schedule.schedule_type = Schedule.MINUTES
+                schedule.minutes = spec.minutes
+                schedule.repeats = -1
+                schedule.save(update_fields=["func", "schedule_type", "minutes", "repeats"])
+                counts["updated"] += 1
+                logger.info("schedule updated: %s", spec.name, extra={"action": "schedule_updated"})
+            else:
+                counts["unchanged"] += 1
+    return counts

@@ -1,0 +1,72 @@
+"""Reading settings from the environment with errors that name the variable.
+
+django-environ does the parsing; this wrapper only turns its ValueError /
+ImproperlyConfigured into one message that says which variable is wrong and
+what was expected, so a typo in an env file fails at start-up, not at 3 a.m.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+env = environ.Env()
+
+
+def _read(kind: str, reader: Callable[..., Any], name: str, default: Any) -> Any:
+    try:
+        return reader(name, default=default)
+    except (ValueError, TypeError, ImproperlyConfigured) as exc:
+        raise ImproperlyConfigured(
+            f"Environment variable {name}={env.str(name, default='')!r} is not a valid {kind}: "
+            f"{exc}"
+        ) from exc
+
+
+def env_str(name: str, default: str) -> str:
+    return _read("string", env.str, name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = env.str(name, default="").strip().lower()
+    if value == "":
+        return default
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(
+        f"Environment variable {name}={value!r} is not a valid boolean: use true/false, "
+        "1/0, yes/no or on/off"
+    )
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    value = _read("integer", env.int, name, default)
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"Environment variable {name}={value} must be >= {minimum}")
+    return value
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    value = _read("number", env.float, name, default)
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"Environment variable {name}={value} must be >= {minimum}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    return _read("comma-separated list", env.list, name, default)
+
+
+def env_db(name: str, default: str) -> dict[str, Any]:
+    try:
+        return env.db_url(name, default=default)
+    except (ValueError, KeyError, ImproperlyConfigured) as exc:
+        raise ImproperlyConfigured(
+            f"Environment variable {name} is not a valid database URL "
+            f"(e.g. postgres://user:pass@host:5432/dbname or sqlite:////abs/path.sqlite3): {exc}"
+        ) from exc

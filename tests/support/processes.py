@@ -1,0 +1,59 @@
+"""Helpers for tests that start real processes (manage.py commands, forked minters, qcluster)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from django.db import connection
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_database_url() -> str:
+    """The URL of the database the running test uses (pytest-django's test_<name>)."""
+    params = connection.settings_dict
+    user = params.get("USER") or ""
+    password = params.get("PASSWORD") or ""
+    auth = user + (f":{password}" if password else "")
+    host = params.get("HOST") or "127.0.0.1"
+    port = params.get("PORT") or 5432
+    return f"postgres://{auth}@{host}:{port}/{params['NAME']}"
+
+
+def child_env(**overrides: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DATABASE_URL"] = test_database_url()
+    env["DJANGO_SETTINGS_MODULE"] = "project.settings"
+    env["PYTHONPATH"] = str(PROJECT_ROOT)
+    env.update(overrides)
+    return env
+
+
+def manage_py(*args: str, env: dict[str, str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    """Run `python manage.py ARGS` against the test database and return the finished process."""
+    return subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "manage.py"), *args],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        **kwargs,
+    )
+
+
+def spawn_manage_py(*args: str, env: dict[str, str], **kwargs) -> subprocess.Popen:
+    """Start `python manage.py ARGS` in the background (caller must wait/kill it)."""
+    return subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "manage.py"), *args],
+        env=env,
+        cwd=PROJECT_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
