@@ -150,6 +150,10 @@ Q_CLUSTER = {
     "sync": env_bool("Q_SYNC", False),
 }
 
+# --- shared: outgoing Reply-To (notifications) and token lookup (inbound email) ------------
+INBOUND_REPLY_ADDRESS = env_str("INBOUND_REPLY_ADDRESS", "replies@reply.localhost")
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Proposal Assistant <assistant@localhost>")
+
 # --- canonical ids ------------------------------------------------------------------------------
 # --- jobs ---------------------------------------------------------------------------------------
 # --- inbound email ------------------------------------------------------------------------------

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from django.conf import settings
 
@@ -11,7 +9,8 @@ from django.conf import settings
 def pytest_configure(config: pytest.Config) -> None:
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
         raise pytest.UsageError(
-            "The tests run on PostgreSQL: set DATABASE_URL=postgres://postgres@127.0.0.1:5432/worker "
+            "The tests run on PostgreSQL: set "
+            "DATABASE_URL=postgres://postgres@127.0.0.1:5432/worker "
             "(scripts/test does this for you)."
         )
 

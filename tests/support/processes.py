@@ -32,7 +32,9 @@ def child_env(**overrides: str) -> dict[str, str]:
     return env
 
 
-def manage_py(*args: str, env: dict[str, str], timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+def manage_py(
+    *args: str, env: dict[str, str], timeout: float = 120, **kwargs
+) -> subprocess.CompletedProcess:
     """Run `python manage.py ARGS` against the test database and return the finished process."""
     return subprocess.run(
         [sys.executable, str(PROJECT_ROOT / "manage.py"), *args],

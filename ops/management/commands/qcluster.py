@@ -1,4 +1,4 @@
-"""django-q2's qcluster, preceded by `ensure_schedules()` so schedules always exist and match code."""
+"""django-q2's qcluster, preceded by `ensure_schedules()` so the schedules always match code."""
 
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 

@@ -1,0 +1,32 @@
+"""The reply address carries the notification's token by plus-addressing.
+
+Outgoing mail sets Reply-To: replies+TOKEN@domain (from settings.INBOUND_REPLY_ADDRESS);
+the inbound poller reads the token back from the To/Delivered-To address. Both sides use
+these two functions so the format lives in one place.
+"""
+
+from __future__ import annotations
+
+import re
+
+from django.conf import settings
+
+_TOKEN_RE = re.compile(r"^[0-9a-f]{16,64}$")
+
+
+def reply_address_for(token: str) -> str:
+    local, _, domain = settings.INBOUND_REPLY_ADDRESS.partition("@")
+    return f"{local}+{token}@{domain}"
+
+
+def token_from_address(address: str) -> str | None:
+    """Return the token of a reply address, or None if the address carries none."""
+    local, sep, domain = address.strip().strip("<>").rpartition("@")
+    if not sep:
+        return None
+    base_local, _, base_domain = settings.INBOUND_REPLY_ADDRESS.partition("@")
+    name, plus, token = local.partition("+")
+    if not plus or name.lower() != base_local.lower() or domain.lower() != base_domain.lower():
+        return None
+    token = token.lower()
+    return token if _TOKEN_RE.match(token) else None
