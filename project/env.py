@@ -27,7 +27,8 @@ def _read(kind: str, reader: Callable[..., Any], name: str, default: Any) -> Any
 
 
 def env_str(name: str, default: str) -> str:
-    return _read("string", env.str, name, default)
+    """An empty value counts as unset, as compose env files often carry `NAME=`."""
+    return _read("string", env.str, name, default) or default
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -64,7 +65,10 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 def env_db(name: str, default: str) -> dict[str, Any]:
     try:
-        return env.db_url(name, default=default)
+        config = env.db_url(name, default=default)
+        if "." not in config["ENGINE"]:
+            raise ValueError(f"unknown scheme {config['ENGINE']!r}")
+        return config
     except (ValueError, KeyError, ImproperlyConfigured) as exc:
         raise ImproperlyConfigured(
             f"Environment variable {name} is not a valid database URL "

@@ -9,8 +9,13 @@ fi
 # Re-install only when pyproject.toml changed since the last install.
 STAMP=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$STAMP" ]; then
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[test]"
+  echo "Installing the project and its pinned dependencies into .venv (log: .venv/pip.log)" >&2
+  if ! { .venv/bin/python -m pip install --upgrade pip \
+         && .venv/bin/python -m pip install -e ".[test]"; } >.venv/pip.log 2>&1; then
+    tail -30 .venv/pip.log >&2
+    echo "pip install failed; see .venv/pip.log" >&2
+    exit 1
+  fi
   rm -f .venv/.installed-*
   touch "$STAMP"
 fi
