@@ -50,12 +50,12 @@ def manage_py(
 
 def spawn_manage_py(*args: str, env: dict[str, str], **kwargs) -> subprocess.Popen:
     """Start `python manage.py ARGS` in the background (caller must wait/kill it)."""
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    kwargs.setdefault("stderr", subprocess.PIPE)
     return subprocess.Popen(
         [sys.executable, str(PROJECT_ROOT / "manage.py"), *args],
         env=env,
         cwd=PROJECT_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
         text=True,
         **kwargs,
     )

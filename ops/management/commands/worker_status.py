@@ -1,0 +1,63 @@
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ops.status import worker_status
+
+
+class Command(BaseCommand):
+    help = (
+        "Queue depth, stuck jobs, quarantined mail, notifications and writer-slot leases. "
+        "Exits 1 when something needs an operator."
+    )
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--json", action="store_true", help="machine-readable output")
+
+    def handle(self, *args, **options) -> None:
+        status = worker_status()
+        if options["json"]:
+            self.stdout.write(json.dumps(status.as_dict(), indent=2, sort_keys=True))
+        else:
+            self._print(status)
+        if status.needs_operator:
+            raise CommandError(
+                f"{len(status.needs_operator)} finding(s) need an operator", returncode=1
+            )
+
+    def _print(self, status) -> None:
+        out = self.stdout.write
+        out("Jobs:          " + _fmt(status.jobs_by_status))
+        for kind, counts in status.jobs_by_kind.items():
+            out(f"  {kind}: {_fmt(counts)}")
+        if status.oldest_due_job:
+            job = status.oldest_due_job
+            out(f"  oldest due: #{job['id']} {job['kind']} waiting {job['waiting_seconds']}s")
+        for job in status.stuck_jobs:
+            out(
+                f"  STUCK: #{job['id']} {job['kind']} locked by {job['locked_by']} "
+                f"lease expired {job['lease_expired_at']}"
+            )
+        out("Inbound mail:  " + _fmt(status.inbound_by_status))
+        out(f"  quarantined: {status.quarantined_mail}")
+        out(f"  instructions waiting for an operator: {status.instructions_needing_operator}")
+        out("Notifications: " + _fmt(status.notifications_by_status))
+        out(f"  stuck in sending: {status.notifications_stuck_sending}")
+        out(f"Writer slots:  {len(status.leases)} held")
+        for lease in status.leases:
+            out(
+                f"  slot {lease['slot']:>2} {lease['role']:<10} {lease['holder']} "
+                f"until {lease['expires_at']}"
+            )
+        if status.needs_operator:
+            out("")
+            out("NEEDS AN OPERATOR:")
+            for finding in status.needs_operator:
+                out(f"  - {finding}")
+        else:
+            out("")
+            out("OK: nothing needs an operator.")
+
+
+def _fmt(counts: dict[str, int]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in counts.items()) or "none"

@@ -1,0 +1,25 @@
+"""Job handlers for the system test, loaded in the qcluster children via
+JOBS_EXTRA_HANDLER_MODULES=tests.system.handlers."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from canonical_ids import record_message
+from jobs import handler
+
+SYSTEM_RUN_ID = "system-test-jobs"
+
+
+@handler("system.record")
+def record(payload: dict) -> None:
+    """Leave one Message per execution: a duplicate run would show as a second row."""
+    time.sleep(payload.get("sleep", 0))
+    record_message(
+        run_id=SYSTEM_RUN_ID,
+        text=f"job-{payload['n']}",
+        author="system-test",
+        source="job",
+        metadata={"pid": os.getpid()},
+    )

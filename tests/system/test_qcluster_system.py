@@ -1,0 +1,312 @@
+"""The whole worker in real processes: two `manage.py qcluster` clusters on PostgreSQL, S3 and
+SES through moto's server mode, Slack through the local Slack server.
+
+It feeds jobs, due notifications and PI replies, kills one cluster with SIGKILL mid-run, and
+checks that the other one (with the reaper) finishes everything with nothing lost:
+every job ran exactly once (I3/I4), every mail ended in a final state and left the intake
+(I6-I10), every notification was sent once (I11/I12), every instruction was posted once (I8),
+and no two processes ever minted with the same writer slot (I1/I2).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from email.message import EmailMessage
+from pathlib import Path
+
+import boto3
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django_q.tasks import async_task
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.server import ThreadedMotoServer
+from moto.ses.models import ses_backends
+
+from canonical_ids.models import Message
+from inbound_email.models import InboundEmail
+from jobs import enqueue
+from jobs.models import Job
+from notifications.models import EmailNotification, NotificationPreference, Proposal
+from notifications.reply_address import reply_address_for
+from tests.support.processes import child_env, spawn_manage_py
+from tests.support.slack_server import SlackServer
+from tests.system.handlers import SYSTEM_RUN_ID
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+BUCKET = "system-test-inbound"
+INTAKE = "inbound/"
+JOB_COUNT = 240
+PI_COUNT = 6
+DEADLINE_SECONDS = 150
+
+
+def _descendants(pid: int) -> set[int]:
+    """pid and every process below it, read from /proc (the qcluster forks its workers)."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children[ppid].append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        found.add(current)
+        todo.extend(children.get(current, []))
+    return found
+
+
+def _wait_for(condition: Callable[[], bool], what: str, poke: Callable[[], None]) -> None:
+    deadline = time.monotonic() + DEADLINE_SECONDS
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        poke()
+        time.sleep(1.0)
+
+
+def _poke_jobs() -> None:
+    async_task("jobs.tasks.run_due_jobs")
+
+
+def _poke_everything() -> None:
+    """Wake-ups through django-q2's broker, as the schedules would (minute-grained) do."""
+    for func in (
+        "jobs.tasks.run_due_jobs",
+        "jobs.tasks.reap_stale_jobs",
+        "notifications.tasks.new_proposal_sweep",
+        "inbound_email.tasks.poll_inbound_email",
+    ):
+        async_task(func)
+
+
+def _reply(*, notification: EmailNotification, body: str, n: int, **headers: str) -> bytes:
+    message = EmailMessage()
+    message["From"] = headers.pop("From", notification.to_address)
+    message["To"] = reply_address_for(notification.token)
+    message["Subject"] = "Re: your proposal"
+    message["Message-ID"] = f"<system-{n}@example.org>"
+    for name, value in headers.items():
+        message[name.replace("_", "-")] = value
+    message.set_content(body)
+    return bytes(message)
+
+
+def _unknown_8bit_reply(notification: EmailNotification, n: int) -> bytes:
+    return (
+        f"From: {notification.to_address}\r\n"
+        f"To: {reply_address_for(notification.token)}\r\n"
+        f"Subject: Re: proposal\r\nMessage-ID: <system-{n}@example.org>\r\n"
+        "MIME-Version: 1.0\r\nContent-Type: text/plain; charset=unknown-8bit\r\n"
+        "Content-Transfer-Encoding: 8bit\r\n\r\n"
+        "Rating: 5\r\nGr\xfc\xdfe, the budget looks fine.\r\n"
+    ).encode("latin-1")
+
+
+@pytest.fixture
+def aws_server():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    creds = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": endpoint,
+    }
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **_keys(creds))
+    s3.create_bucket(Bucket=BUCKET)
+    ses = boto3.client("ses", endpoint_url=endpoint, region_name="us-east-1", **_keys(creds))
+    ses.verify_domain_identity(Domain="localhost")
+    ses.verify_email_identity(EmailAddress="assistant@localhost")
+    yield creds, s3, ses
+    server.stop()
+
+
+def _keys(creds: dict[str, str]) -> dict[str, str]:
+    return {
+        "aws_access_key_id": creds["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": creds["AWS_SECRET_ACCESS_KEY"],
+    }
+
+
+def test_two_clusters_finish_all_work_and_survive_a_sigkill(aws_server, tmp_path):
+    creds, s3, ses = aws_server
+    with SlackServer() as slack:
+        env = child_env(
+            **creds,
+            INBOUND_EMAIL_STORE=f"s3://{BUCKET}/{INTAKE}",
+            EMAIL_SENDER="ses",
+            SLACK_BOT_TOKEN="xoxb-system-test",
+            SLACK_API_URL=slack.base_url,
+            Q_WORKERS="2",
+            JOBS_LEASE_SECONDS="3",
+            JOBS_HEARTBEAT_SECONDS="0.5",
+            JOBS_EXTRA_HANDLER_MODULES="tests.system.handlers",
+            CANONICAL_IDS_ROLE="worker",
+            DEBUG="true",
+        )
+        clusters = [
+            spawn_manage_py(
+                "qcluster",
+                env=env,
+                start_new_session=True,
+                stdout=open(tmp_path / f"cluster{i}.log", "w"),  # noqa: SIM115
+                stderr=subprocess.STDOUT,
+            )
+            for i in range(2)
+        ]
+        try:
+            _run_scenario(clusters, s3, ses, slack, tmp_path)
+        finally:
+            for cluster in clusters:
+                if cluster.poll() is None:
+                    os.killpg(cluster.pid, signal.SIGTERM)
+            for cluster in clusters:
+                try:
+                    cluster.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(cluster.pid, signal.SIGKILL)
+                    cluster.wait(timeout=10)
+
+
+def _run_scenario(clusters, s3, ses, slack: SlackServer, tmp_path: Path) -> None:
+    victim, survivor = clusters
+    User = get_user_model()
+
+    # --- feed: PIs with due new-proposal notices, and jobs (woken on commit) -------------------
+    with transaction.atomic():
+        for i in range(PI_COUNT):
+            pi = User.objects.create_user(
+                username=f"pi{i}", email=f"pi{i}@example.org", password=None
+            )
+            NotificationPreference.objects.create(user=pi)
+            Proposal.objects.create(
+                title=f"Proposal {i}",
+                pi=pi,
+                status=Proposal.Status.IN_REVIEW,
+                run_id=f"run-{i}",
+                slack_channel=f"C0000000{i}",
+            )
+        for n in range(JOB_COUNT):
+            enqueue("system.record", {"n": n, "sleep": 0.02})
+
+    # --- kill one cluster while it holds a job -------------------------------------------------
+    victim_pids: set[int] = set()
+
+    def victim_holds_a_job() -> bool:
+        nonlocal victim_pids
+        victim_pids = _descendants(victim.pid)
+        owners = Job.objects.filter(status=Job.Status.PROCESSING).values_list(
+            "locked_by", flat=True
+        )
+        return any(int(owner.split(":")[-2]) in victim_pids for owner in owners if owner)
+
+    # Only jobs before the kill, so every notification is sent by the survivor (a kill between
+    # SES and the commit may legitimately cost a duplicate mail, which would blur the count).
+    _wait_for(victim_holds_a_job, "the victim cluster to claim a job", _poke_jobs)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=10)
+
+    # --- notifications go out (from the survivor), then the PIs reply -------------------------
+    def all_notices_sent() -> bool:
+        return (
+            EmailNotification.objects.filter(
+                kind=EmailNotification.Kind.NEW_PROPOSAL, status=EmailNotification.Status.SENT
+            ).count()
+            == PI_COUNT
+        )
+
+    _wait_for(all_notices_sent, "every new-proposal notice to be sent", _poke_everything)
+    notices = list(
+        EmailNotification.objects.filter(kind=EmailNotification.Kind.NEW_PROPOSAL).order_by("id")
+    )
+    replies = {
+        "instruction-0": _reply(
+            notification=notices[0], body="Rating: 4\n\nPlease shorten the budget <!channel>.", n=0
+        ),
+        "instruction-1": _reply(
+            notification=notices[1], body="Add the pilot study to the aims.", n=1
+        ),
+        "unknown-8bit": _unknown_8bit_reply(notices[2], 2),
+        "string-rating": _reply(notification=notices[3], body="Rating: excellent", n=3),
+        "auto-reply": _reply(
+            notification=notices[4], body="I am out of office.", n=4, Auto_Submitted="auto-replied"
+        ),
+        "spoofed": _reply(
+            notification=notices[5], body="Rating: 1", n=5, From="mallory@evil.example"
+        ),
+    }
+    for name, raw in replies.items():
+        s3.put_object(Bucket=BUCKET, Key=f"{INTAKE}{name}.eml", Body=raw)
+
+    def all_mail_final() -> bool:
+        final = InboundEmail.objects.filter(status__in=InboundEmail.TERMINAL_STATUSES).count()
+        intake = s3.list_objects_v2(Bucket=BUCKET, Prefix=INTAKE).get("KeyCount", 0)
+        return final == len(replies) and intake == 0
+
+    def all_jobs_done() -> bool:
+        return not Job.objects.exclude(status=Job.Status.COMPLETED).exists()
+
+    _wait_for(all_mail_final, "every mail to end in a final state", _poke_everything)
+    _wait_for(all_jobs_done, "every job to complete after the kill", _poke_everything)
+    _wait_for(lambda: len(slack.posts) >= 2, "both instructions to be posted", _poke_everything)
+
+    # --- every job ran exactly once, including the one the killed cluster held -----------------
+    system_jobs = Job.objects.filter(kind="system.record")
+    assert system_jobs.filter(status=Job.Status.COMPLETED).count() == JOB_COUNT
+    texts = list(Message.objects.filter(run_id=SYSTEM_RUN_ID).values_list("text", flat=True))
+    assert sorted(texts) == sorted(f"job-{n}" for n in range(JOB_COUNT))
+    assert system_jobs.filter(attempts__gt=1).exists(), "the killed cluster's job was reaped"
+
+    # --- no two processes ever minted with the same writer slot --------------------------------
+    pids_by_slot: dict[int, set[int]] = defaultdict(set)
+    for ts, metadata in Message.objects.filter(run_id=SYSTEM_RUN_ID).values_list("ts", "metadata"):
+        pids_by_slot[int(ts.split(".")[1]) % 100].add(metadata["pid"])
+    assert all(len(pids) == 1 for pids in pids_by_slot.values()), pids_by_slot
+    assert not set(pids_by_slot) & {1, 2, 3}
+    assert len(pids_by_slot) >= 2
+
+    # --- mail: each in its final state, the intake empty ----------------------------------------
+    by_key = {Path(row.store_key).stem: row for row in InboundEmail.objects.all()}
+    assert by_key["instruction-0"].status == InboundEmail.Status.PROCESSED
+    assert by_key["instruction-1"].status == InboundEmail.Status.PROCESSED
+    assert by_key["unknown-8bit"].status == InboundEmail.Status.PROCESSED
+    assert by_key["string-rating"].status == InboundEmail.Status.REJECTED
+    assert by_key["auto-reply"].status == InboundEmail.Status.REJECTED
+    assert by_key["spoofed"].status == InboundEmail.Status.REJECTED
+    assert s3.list_objects_v2(Bucket=BUCKET, Prefix=INTAKE).get("KeyCount", 0) == 0
+
+    # --- instructions posted once each, escaped; answered notices marked responded --------------
+    posted = [post["text"] for post in slack.posts]
+    assert len(posted) == 3
+    assert any("Please shorten the budget &lt;!channel&gt;." in text for text in posted)
+    assert any("Add the pilot study to the aims." in text for text in posted)
+    assert any("Grüße, the budget looks fine." in text for text in posted)  # unknown-8bit
+    responded = EmailNotification.objects.filter(status=EmailNotification.Status.RESPONDED)
+    assert set(responded.values_list("id", flat=True)) == {
+        notices[0].id,
+        notices[1].id,
+        notices[2].id,
+    }
+
+    # --- every notification sent exactly once ---------------------------------------------------
+    sent = EmailNotification.objects.filter(status__in=EmailNotification.SENT_STATUSES)
+    message_ids = list(sent.values_list("ses_message_id", flat=True))
+    assert len(message_ids) == len(set(message_ids)) >= PI_COUNT
+    # The moto server runs in this process: read what SES really accepted.
+    accepted = [
+        message.id for message in ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].sent_messages
+    ]
+    assert sorted(accepted) == sorted(message_ids)
