@@ -172,7 +172,7 @@ def test_two_clusters_finish_all_work_and_survive_a_sigkill(aws_server, tmp_path
         finally:
             for cluster in clusters:
                 if cluster.poll() is None:
-                    os.killpg(cluster.pid, signal.SIGTERM)
+                    os.killpg(cluster.pid, signal.SIGINT)
             for cluster in clusters:
                 try:
                     cluster.wait(timeout=30)

@@ -1,0 +1,198 @@
+"""A guided tour of the worker on the embedded default, run by `manage.py demo`.
+
+It goes through the same services the schedules call: the notification sweep sends real
+(console/file) mail, replies are dropped into the mail store the poller reads, jobs go
+through the runner. Each run uses fresh names, so running it twice is harmless.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from email.message import EmailMessage
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.test.utils import override_settings
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from canonical_ids.models import Message
+from inbound_email.models import InboundEmail
+from inbound_email.stores import store_from_url
+from jobs import enqueue, run_pending
+from jobs.models import Job
+from notifications.models import EmailNotification, NotificationPreference, Proposal
+from notifications.reply_address import reply_address_for
+from ops.schedules import SCHEDULES
+
+PI_NAMES = ("ada", "grace", "barbara", "frances", "radia", "hedy")
+SAMPLE_REPLIES = (
+    "a good rating",
+    "an instruction",
+    "charset=unknown-8bit",
+    "a string rating",
+    "an auto-reply",
+    "a spoofed sender",
+)
+
+
+@dataclass
+class DemoReport:
+    started_at: datetime
+    run_tag: str
+    lines: list[str] = field(default_factory=list)
+
+    def add(self, line: str = "") -> None:
+        self.lines.append(line)
+
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _reply(notification: EmailNotification, body: str, tag: str, **headers: str) -> bytes:
+    message = EmailMessage()
+    message["From"] = headers.pop("From", notification.to_address)
+    message["To"] = reply_address_for(notification.token)
+    message["Subject"] = f"Re: {notification.proposal.title if notification.proposal else 'news'}"
+    message["Message-ID"] = f"<demo-{tag}@{notification.to_address.split('@')[1]}>"
+    for name, value in headers.items():
+        message[name] = value
+    message.set_content(body)
+    return bytes(message)
+
+
+def _unknown_8bit(notification: EmailNotification, tag: str) -> bytes:
+    head = (
+        f"From: {notification.to_address}\r\nTo: {reply_address_for(notification.token)}\r\n"
+        f"Subject: Re: proposal\r\nMessage-ID: <demo-{tag}@example.org>\r\nMIME-Version: 1.0\r\n"
+        "Content-Type: text/plain; charset=unknown-8bit\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
+    )
+    return head.encode("ascii") + "Rating: 5\r\nMerci, très bien.\r\n".encode("cp1252")
+
+
+def run_demo() -> DemoReport:
+    """Console email would bury the report under six mails: write them to files instead."""
+    if settings.EMAIL_BACKEND == "django.core.mail.backends.console.EmailBackend":
+        outbox = settings.VAR_DIR / "sent_mail"
+        with override_settings(
+            EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
+            EMAIL_FILE_PATH=str(outbox),
+        ):
+            report = _run_demo()
+        where = next(i for i, line in enumerate(report.lines) if line.startswith("Where to look"))
+        report.lines[where:where] = [f"The notification mails are in {outbox}/.", ""]
+        return report
+    return _run_demo()
+
+
+def _run_demo() -> DemoReport:
+    now = timezone.now()
+    tag = now.strftime("%Y%m%d%H%M%S")
+    report = DemoReport(started_at=now, run_tag=tag)
+    User = get_user_model()
+
+    # 1. PIs and proposals in review: the new-proposal sweep owes each PI a notice.
+    with transaction.atomic():
+        pis = []
+        for name in PI_NAMES:
+            pi = User.objects.create_user(
+                username=f"{name}-{tag}", email=f"{name}.{tag}@example.org", password=None
+            )
+            NotificationPreference.objects.create(user=pi)
+            Proposal.objects.create(
+                title=f"{name.title()}'s grant proposal",
+                pi=pi,
+                status=Proposal.Status.IN_REVIEW,
+                run_id=f"demo-run-{name}-{tag}",
+            )
+            pis.append(pi)
+    import_string("notifications.tasks.new_proposal_sweep")()
+    notices = list(
+        EmailNotification.objects.filter(
+            user__in=pis, kind=EmailNotification.Kind.NEW_PROPOSAL
+        ).select_related("proposal")
+    )
+    notices.sort(key=lambda n: PI_NAMES.index(n.user.username.rsplit("-", 1)[0]))
+
+    # 2. Sample replies, dropped where SES would put them.
+    store = store_from_url()
+    samples = {
+        "a good rating": _reply(notices[0], "5", f"{tag}-0"),
+        "an instruction": _reply(
+            notices[1], "Rating: 4/5\n\nPlease add the pilot data to aim 2.", f"{tag}-1"
+        ),
+        "charset=unknown-8bit": _unknown_8bit(notices[2], f"{tag}-2"),
+        "a string rating": _reply(notices[3], "Rating: excellent", f"{tag}-3"),
+        "an auto-reply": _reply(
+            notices[4], "I am out of the office.", f"{tag}-4", **{"Auto-Submitted": "auto-replied"}
+        ),
+        "a spoofed sender": _reply(
+            notices[5], "Rating: 1", f"{tag}-5", From="mallory@evil.example"
+        ),
+    }
+    keys = {}
+    for index, (label, raw) in enumerate(samples.items()):
+        keys[label] = f"demo-{tag}-{index}.eml"
+        store.put(keys[label], raw)
+
+    # 3. Jobs: one succeeds, one fails with a database error and is retried with backoff.
+    with transaction.atomic():
+        ok_job = enqueue("demo.greet", {"username": pis[0].username, "first_name": "Ada"})
+        bad_job = enqueue("demo.duplicate_user", {"username": pis[1].username})
+
+    # 4. One pass of every schedule, as the qcluster would run them, then one more drain of
+    #    the jobs that pass created (the relay of the instructions the poll accepted).
+    for spec in SCHEDULES:
+        import_string(spec.func)()
+    run_pending()
+
+    _write_report(report, pis, notices, keys, ok_job.pk, bad_job.pk)
+    return report
+
+
+def _write_report(report, pis, notices, keys, ok_job_id: int, bad_job_id: int) -> None:
+    add = report.add
+    add("=" * 72)
+    add(f"Demo run {report.run_tag}: what the worker just did")
+    add("=" * 72)
+    add("")
+    add(f"Notifications sent ({settings.EMAIL_SENDER} sender, {settings.EMAIL_BACKEND}):")
+    for notice in EmailNotification.objects.filter(pk__in=[n.pk for n in notices]).order_by("pk"):
+        add(f"  #{notice.pk} {notice.kind:<13} to {notice.to_address:<38} {notice.status}")
+    add("")
+    add(f"Inbound mail (store: {settings.INBOUND_EMAIL_STORE}):")
+    rows = {row.store_key: row for row in InboundEmail.objects.filter(store_key__in=keys.values())}
+    for label, key in keys.items():
+        row = rows.get(key)
+        if row is None:
+            add(f"  {label:<22} not seen yet (the next poll picks it up)")
+            continue
+        why = f" — {row.get_reason_display()}: {row.detail}" if row.reason else ""
+        add(f"  {label:<22} {row.status}{why}")
+    inbox = Message.objects.filter(run_id__in=[n.proposal.run_id for n in notices])
+    add("")
+    add("Database inbox (Slack is off, so PI instructions land here with a canonical id):")
+    for message in inbox.order_by("ts"):
+        add(f"  {message.ts}  {message.run_id}: {message.text[:60]!r}")
+    if not inbox.exists():
+        add("  (none)")
+    add("")
+    add("Jobs:")
+    for job in Job.objects.filter(pk__in=[ok_job_id, bad_job_id]).order_by("pk"):
+        line = (
+            f"  #{job.pk} {job.kind:<20} {job.status} (attempt {job.attempts}/{job.max_attempts})"
+        )
+        if job.status == Job.Status.QUEUED and job.last_error:
+            line += f", retry after {job.run_after:%H:%M:%S}"
+        add(line)
+        if job.last_error:
+            add(f"      last error: {job.last_error.splitlines()[0][:100]}")
+    add("")
+    add("Where to look: python manage.py createsuperuser, then python manage.py runserver and")
+    add("  http://127.0.0.1:8000/admin/jobs/job/                     jobs (retry now, cancel)")
+    add("  http://127.0.0.1:8000/admin/inbound_email/inboundemail/   mail (quarantine, reprocess)")
+    add("  http://127.0.0.1:8000/admin/notifications/emailnotification/  notifications")
+    add("  http://127.0.0.1:8000/admin/canonical_ids/message/        the database inbox")
+    add("and `python manage.py worker_status` for the operator's summary.")
