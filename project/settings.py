@@ -155,6 +155,87 @@ INBOUND_REPLY_ADDRESS = env_str("INBOUND_REPLY_ADDRESS", "replies@reply.localhos
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Proposal Assistant <assistant@localhost>")
 
 # --- canonical ids ------------------------------------------------------------------------------
+# Ids "SSSSSSSSSS.uuuuuu" whose micro part is congruent to the writer slot mod the modulus.
+# CANONICAL_IDS_ROLE: "worker" leases a slot from the pool; a fixed role (web, engine-aux,
+# grantbot) leases its fixed slot; "none" holds no slot and cannot mint.
+CANONICAL_IDS_ROLE = env_str("CANONICAL_IDS_ROLE", "worker").strip().lower()
+WRITER_SLOT_MODULUS = 100
+CANONICAL_IDS_FIXED_SLOTS = {
+    "web": env_int("CANONICAL_IDS_SLOT_WEB", 1, minimum=0),
+    "engine-aux": env_int("CANONICAL_IDS_SLOT_ENGINE_AUX", 2, minimum=0),
+    "grantbot": env_int("CANONICAL_IDS_SLOT_GRANTBOT", 3, minimum=0),
+}
+# Worker pool: slots leased one per OS process (comma list; "a-b" is an inclusive range).
+CANONICAL_IDS_WORKER_POOL = env_str("CANONICAL_IDS_WORKER_POOL", "4,10-99")
+CANONICAL_IDS_LEASE_TTL = env_float("CANONICAL_IDS_LEASE_TTL", 60.0, minimum=1.0)  # seconds
+CANONICAL_IDS_RENEW_INTERVAL = env_float(  # seconds; must be well below the TTL
+    "CANONICAL_IDS_RENEW_INTERVAL", 20.0, minimum=0.1
+)
 # --- jobs ---------------------------------------------------------------------------------------
+# A claimed row is leased; a live worker renews the lease every JOBS_HEARTBEAT_SECONDS and the
+# reaper reclaims rows whose lease ran out (crashed worker). See docs/jobs.md.
+JOBS_LEASE_SECONDS = env_float("JOBS_LEASE_SECONDS", 120, minimum=0.5)  # seconds
+JOBS_HEARTBEAT_SECONDS = env_float(  # seconds; must be well under the lease
+    "JOBS_HEARTBEAT_SECONDS", JOBS_LEASE_SECONDS / 4, minimum=0.05
+)
+if JOBS_HEARTBEAT_SECONDS >= JOBS_LEASE_SECONDS:
+    raise ImproperlyConfigured(
+        f"JOBS_HEARTBEAT_SECONDS={JOBS_HEARTBEAT_SECONDS} must be below "
+        f"JOBS_LEASE_SECONDS={JOBS_LEASE_SECONDS} (a third or a quarter of it is usual)"
+    )
+JOBS_BACKOFF_BASE_SECONDS = env_float("JOBS_BACKOFF_BASE_SECONDS", 10, minimum=0)  # seconds
+JOBS_BACKOFF_CAP_SECONDS = env_float("JOBS_BACKOFF_CAP_SECONDS", 3600, minimum=0)  # seconds
+JOBS_BACKOFF_JITTER = env_float("JOBS_BACKOFF_JITTER", 0.25, minimum=0)  # fraction of the delay
+JOBS_DEFAULT_MAX_ATTEMPTS = env_int("JOBS_DEFAULT_MAX_ATTEMPTS", 5, minimum=1)
+JOBS_CLAIM_BATCH_SIZE = env_int("JOBS_CLAIM_BATCH_SIZE", 20, minimum=1)  # rows per claim query
+JOBS_RETENTION_DAYS = env_float("JOBS_RETENTION_DAYS", 14, minimum=0)  # completed rows kept
+JOBS_EXTRA_HANDLER_MODULES = env_list("JOBS_EXTRA_HANDLER_MODULES", [])  # besides <app>.handlers
+JOBS_WAKE_ON_COMMIT = env_bool("JOBS_WAKE_ON_COMMIT", True)  # async_task a drain on commit
+JOBS_DRAIN_SECONDS = env_float(  # seconds one scheduled/woken drain may claim new batches
+    "JOBS_DRAIN_SECONDS", min(60.0, Q_TIMEOUT / 2), minimum=1
+)
+JOBS_POLL_SECONDS = env_float("JOBS_POLL_SECONDS", 1.0, minimum=0.05)  # run_jobs idle sleep
 # --- inbound email ------------------------------------------------------------------------------
+# Where SES drops inbound mail: "s3://bucket/prefix" (AWS credentials, region and
+# AWS_ENDPOINT_URL come from boto3's standard environment) or a local folder (the default).
+INBOUND_EMAIL_STORE = env_str("INBOUND_EMAIL_STORE", str(VAR_DIR / "inbound_mail"))
+# Handled-but-poisoned objects are moved here (S3: a key prefix in the same bucket; a folder
+# store: a sub-folder). Never listed as intake.
+INBOUND_EMAIL_QUARANTINE_PREFIX = env_str("INBOUND_EMAIL_QUARANTINE_PREFIX", "quarantine/")
+INBOUND_EMAIL_MAX_PER_RUN = env_int("INBOUND_EMAIL_MAX_PER_RUN", 2000, minimum=1)  # objects
+INBOUND_EMAIL_MAX_BYTES = env_int("INBOUND_EMAIL_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
+INBOUND_EMAIL_MAX_ATTEMPTS = env_int("INBOUND_EMAIL_MAX_ATTEMPTS", 5, minimum=1)  # then quarantine
+INBOUND_EMAIL_RETRY_BASE_SECONDS = env_float("INBOUND_EMAIL_RETRY_BASE_SECONDS", 30, minimum=0)
+INBOUND_EMAIL_RETRY_CAP_SECONDS = env_float("INBOUND_EMAIL_RETRY_CAP_SECONDS", 3600, minimum=0)
+INBOUND_EMAIL_POLL_INTERVAL = env_float("INBOUND_EMAIL_POLL_INTERVAL", 30, minimum=1)  # seconds
+MAX_REPLIES_PER_TOKEN_PER_HOUR = env_int("MAX_REPLIES_PER_TOKEN_PER_HOUR", 5, minimum=1)
+# Instruction relay (outbox): attempts to post to Slack before the instruction falls back to
+# the database inbox and is flagged for an operator; backoff between attempts (seconds).
+INBOUND_RELAY_MAX_ATTEMPTS = env_int("INBOUND_RELAY_MAX_ATTEMPTS", 6, minimum=1)
+INBOUND_RELAY_BACKOFF_BASE_SECONDS = env_float("INBOUND_RELAY_BACKOFF_BASE_SECONDS", 30, minimum=0)
+INBOUND_RELAY_BACKOFF_CAP_SECONDS = env_float("INBOUND_RELAY_BACKOFF_CAP_SECONDS", 1800, minimum=0)
+# Slack: empty token = Slack off (instructions go to the database inbox).
+SLACK_BOT_TOKEN = env_str("SLACK_BOT_TOKEN", "")
+SLACK_API_URL = env_str("SLACK_API_URL", "https://slack.com/api/")
+SLACK_TIMEOUT = env_float("SLACK_TIMEOUT", 10, minimum=0.1)  # seconds per HTTP call
 # --- notifications ------------------------------------------------------------------------------
+# How notification mail leaves: "django" (Django's EMAIL_BACKEND; console on the embedded
+# default) or "ses" (boto3 SES send_raw_email; credentials, AWS_REGION/AWS_DEFAULT_REGION and
+# AWS_ENDPOINT_URL come from boto3's standard environment; SES_REGION overrides the region).
+EMAIL_SENDER = env_str("EMAIL_SENDER", "django").lower()
+if EMAIL_SENDER not in {"django", "ses"}:
+    raise ImproperlyConfigured(f"EMAIL_SENDER={EMAIL_SENDER!r}: use 'django' or 'ses'")
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+SES_REGION = env_str("SES_REGION", "")  # empty: boto3's own region chain
+SES_CONFIGURATION_SET = env_str("SES_CONFIGURATION_SET", "")  # empty: none
+# A review request must be answered within this many hours, or it expires and counts as missed.
+NOTIFICATION_REVIEW_EXPIRY_HOURS = env_int("NOTIFICATION_REVIEW_EXPIRY_HOURS", 72, minimum=1)
+# New-proposal notices and digests accept replies (instructions) for this many hours.
+NOTIFICATION_REPLY_WINDOW_HOURS = env_int("NOTIFICATION_REPLY_WINDOW_HOURS", 168, minimum=1)
+# Send attempts per row (a claim is an attempt) before it is marked failed.
+NOTIFICATION_SEND_MAX_ATTEMPTS = env_int("NOTIFICATION_SEND_MAX_ATTEMPTS", 5, minimum=1)
+NOTIFICATION_RETRY_BASE_SECONDS = env_int("NOTIFICATION_RETRY_BASE_SECONDS", 60, minimum=0)
+NOTIFICATION_RETRY_MAX_SECONDS = env_int("NOTIFICATION_RETRY_MAX_SECONDS", 3600, minimum=0)
+# A row left `sending` longer than this (seconds) is a crashed claim and goes back to pending.
+NOTIFICATION_CLAIM_TIMEOUT_SECONDS = env_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=60)
+NOTIFICATION_SWEEP_BATCH_SIZE = env_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1)  # users

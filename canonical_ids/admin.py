@@ -1,0 +1,50 @@
+"""Admin: read-only views of the writer-slot leases and the messages table."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+from django.utils import timezone
+
+from canonical_ids.models import Message, WriterSlotLease
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+@admin.register(WriterSlotLease)
+class WriterSlotLeaseAdmin(ReadOnlyAdmin):
+    list_display = (
+        "slot",
+        "role",
+        "holder_host",
+        "holder_pid",
+        "holder_started_at",
+        "acquired_at",
+        "renewed_at",
+        "expires_at",
+        "is_live",
+        "last_ts",
+    )
+    list_filter = ("role",)
+    search_fields = ("holder_host", "=holder_pid")
+
+    @admin.display(boolean=True, description="live")
+    def is_live(self, obj: WriterSlotLease) -> bool:
+        return obj.expires_at is not None and obj.expires_at > timezone.now()
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyAdmin):
+    list_display = ("run_id", "ts", "author", "source", "created_at")
+    list_filter = ("source",)
+    search_fields = ("=run_id", "=ts", "author")
+    date_hierarchy = "created_at"

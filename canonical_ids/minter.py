@@ -1,0 +1,273 @@
+"""Minting canonical ids: "SSSSSSSSSS.uuuuuu" with micro part congruent to the writer slot.
+
+`TsMinter` is the pure arithmetic for one slot (time source injectable). `ProcessMinter` is
+the one per OS process: it holds a lease on a slot (canonical_ids.leases), renews it on mint
+when due, drops it in a forked child, and never mints without one (I1). Ids of one process
+are strictly increasing, across slot changes too (I2).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import DatabaseError
+from django.utils import timezone
+
+from canonical_ids import leases
+from canonical_ids.conf import NO_ROLES, WORKER_ROLE, Config, get_config
+from canonical_ids.exceptions import NoWriterSlot
+
+logger = logging.getLogger(__name__)
+
+MICROS = 1_000_000
+MIN_WAIT = 0.0005  # seconds; floor of a wait for the next tick
+
+
+def format_ts(value: int) -> str:
+    return f"{value // MICROS:010d}.{value % MICROS:06d}"
+
+
+def parse_ts(ts: str) -> int:
+    seconds, _, micros = ts.partition(".")
+    return int(seconds) * MICROS + int(micros or 0)
+
+
+class TsMinter:
+    """Strictly increasing ids in one residue class (slot) modulo `modulus`.
+
+    A tick (second) holds MICROS / modulus values (10,000 for 100). When they are used up and
+    the clock is still in that tick, wait for the next one. When the clock is behind the last
+    id (stepped back), keep counting from the last id, carrying into the next tick if needed:
+    never a repeat, never a wait of unbounded length.
+    """
+
+    def __init__(
+        self,
+        slot: int,
+        *,
+        modulus: int = 100,
+        floor: int = 0,
+        time_source: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not 0 <= slot < modulus or MICROS % modulus:
+            raise ValueError(f"slot {slot} / modulus {modulus} invalid")
+        self.slot = slot
+        self.modulus = modulus
+        self.last = floor  # the last value issued (or the floor to start above)
+        self._time = time_source
+        self._sleep = sleep
+
+    def _next_in_class(self, above: int) -> int:
+        """The smallest value > `above` congruent to the slot."""
+        value = above - above % self.modulus + self.slot
+        return value if value > above else value + self.modulus
+
+    def next_value(self) -> int:
+        while True:
+            now = self._time()
+            now_s = int(now)
+            value = self._next_in_class(max(self.last, now_s * MICROS - 1))
+            value_s = value // MICROS
+            if value_s > now_s and self.last // MICROS == now_s:
+                # This tick's values are used up and the clock is in it: wait for the next.
+                self._sleep(max(MIN_WAIT, value_s - now))
+                continue
+            self.last = value
+            return value
+
+    def mint(self) -> str:
+        return format_ts(self.next_value())
+
+
+@dataclass
+class _Held:
+    lease: leases.Lease
+    renew_due: float  # monotonic seconds
+    valid_until: float  # monotonic seconds; never mint past this without a renewal
+    database: tuple  # leases.database_key() when claimed
+
+
+class ProcessMinter:
+    """The minter of this OS process: one leased slot, renewed on mint, dropped on fork."""
+
+    def __init__(
+        self,
+        *,
+        config: Callable[[], Config] = get_config,
+        time_source: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._time = time_source
+        self._sleep = sleep
+        self._monotonic = monotonic
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._held: _Held | None = None
+        self._ts: TsMinter | None = None
+        self._pid = os.getpid()
+        self._started_at = timezone.now()
+
+    # --- public ---------------------------------------------------------------------------
+    @property
+    def slot(self) -> int | None:
+        held = self._held
+        return held.lease.slot if held else None
+
+    @property
+    def token(self) -> str | None:
+        held = self._held
+        return held.lease.token if held else None
+
+    def mint(self) -> str:
+        return self.mint_with_lease()[0]
+
+    def mint_with_lease(self) -> tuple[str, int, str]:
+        """Mint an id; also return the (slot, token) of the lease it was minted under."""
+        with self._lock:
+            self._check_pid()
+            held = self._ensure_lease()
+            assert self._ts is not None
+            return format_ts(self._ts.next_value()), held.lease.slot, held.lease.token
+
+    def acquire(self) -> int:
+        """Claim (or renew) the slot now rather than on the first mint; returns the slot."""
+        with self._lock:
+            self._check_pid()
+            return self._ensure_lease().lease.slot
+
+    def invalidate(self, *, slot: int, token: str) -> None:
+        """Forget a lease found gone (e.g. its row was deleted); the next mint claims again."""
+        with self._lock:
+            if self._held and self._held.lease.token == token:
+                logger.warning(
+                    "Writer slot %s lease is gone; claiming again",
+                    slot,
+                    extra={"action": "slot_lost", "slot": slot},
+                )
+                self._held = None
+
+    def release(self) -> None:
+        """Give the slot back (clean shutdown) so it need not wait for expiry."""
+        with self._lock:
+            if self._held is None or self._pid != os.getpid():
+                return
+            held, self._held = self._held, None
+            if held.database != leases.database_key():
+                return  # leased in another database (a test database, since dropped)
+            leases.lease_release(
+                slot=held.lease.slot, token=held.lease.token, last_ts=self._last_ts()
+            )
+
+    def after_fork_in_child(self) -> None:
+        """A forked child must not mint in its parent's slot: drop everything inherited."""
+        self._reset()
+
+    # --- internals ------------------------------------------------------------------------
+    def _check_pid(self) -> None:
+        # Belt and braces for forks that bypass os.register_at_fork (none known).
+        if self._pid != os.getpid():
+            self._reset_unlocked()
+
+    def _reset_unlocked(self) -> None:
+        self._held = None
+        self._ts = None
+        self._pid = os.getpid()
+        self._started_at = timezone.now()
+
+    def _last_ts(self) -> str:
+        return format_ts(self._ts.last) if self._ts and self._ts.last else ""
+
+    def _ensure_lease(self) -> _Held:
+        now = self._monotonic()
+        held = self._held
+        if held is not None and held.database != leases.database_key():
+            held = self._held = None  # the default database changed (test set-up): claim anew
+        if held is not None and now < held.renew_due:
+            return held
+        config = self._config()
+        if held is not None:
+            try:
+                renewed = leases.lease_renew(
+                    slot=held.lease.slot,
+                    token=held.lease.token,
+                    last_ts=self._last_ts(),
+                    ttl=config.lease_ttl,
+                )
+            except DatabaseError:
+                if now < held.valid_until:
+                    logger.warning(
+                        "Could not renew writer slot %s; still valid, retrying on next mint",
+                        held.lease.slot,
+                        exc_info=True,
+                        extra={"action": "slot_renew_failed", "slot": held.lease.slot},
+                    )
+                    return held
+                self._held = None
+                raise NoWriterSlot(
+                    f"The lease on writer slot {held.lease.slot} expired and could not be "
+                    "renewed (database unreachable): refusing to mint"
+                ) from None
+            if renewed:
+                held.renew_due = now + config.renew_interval
+                held.valid_until = now + config.lease_ttl
+                return held
+            logger.warning(
+                "Lost the lease on writer slot %s; claiming another",
+                held.lease.slot,
+                extra={"action": "slot_lost", "slot": held.lease.slot},
+            )
+            self._held = None
+        return self._acquire(config, now)
+
+    def _acquire(self, config: Config, now: float) -> _Held:
+        role = config.role
+        if role in NO_ROLES:
+            raise NoWriterSlot(
+                f"CANONICAL_IDS_ROLE={role!r}: this process holds no writer slot and must not "
+                "mint canonical ids; set CANONICAL_IDS_ROLE=worker (or its fixed role)"
+            )
+        if role == WORKER_ROLE:
+            slots: tuple[int, ...] = config.pool
+        else:
+            slots = (config.fixed_slots[role],)
+        holder = leases.Holder.current(role, self._started_at)
+        lease = leases.lease_acquire(slots=slots, holder=holder, ttl=config.lease_ttl)
+        floor = max(
+            self._ts.last if self._ts else 0, parse_ts(lease.last_ts) if lease.last_ts else 0
+        )
+        self._ts = TsMinter(
+            lease.slot,
+            modulus=config.modulus,
+            floor=floor,
+            time_source=self._time,
+            sleep=self._sleep,
+        )
+        self._held = _Held(
+            lease=lease,
+            renew_due=now + config.renew_interval,
+            valid_until=now + config.lease_ttl,
+            database=leases.database_key(),
+        )
+        return self._held
+
+
+_minter = ProcessMinter()
+
+
+def get_minter() -> ProcessMinter:
+    return _minter
+
+
+def mint_ts() -> str:
+    """Mint the next id of this process's writer slot (claims a slot on first use)."""
+    return _minter.mint()

@@ -1,0 +1,219 @@
+"""Real OS processes: forked children and separate manage.py processes minting at once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import os
+import select
+import signal
+import time
+from collections import defaultdict
+
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from canonical_ids import leases
+from canonical_ids.exceptions import SlotUnavailable
+from canonical_ids.minter import get_minter, parse_ts
+from canonical_ids.models import Message, WriterSlotLease
+from tests.support.processes import child_env, manage_py, spawn_manage_py
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+COUNT = 2_000
+
+
+class _CountConflicts(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "action", "") == "message_ts_conflict":
+            self.count += 1
+
+
+def _forked_recorder(run_id: str, author: str, start_at: float, conn) -> None:
+    """Runs in a child forked from a parent that already holds a slot."""
+    from canonical_ids import record_message
+
+    result: dict = {"pid": os.getpid(), "inherited_slot": get_minter().slot}
+    handler = _CountConflicts()
+    logging.getLogger("canonical_ids.services").addHandler(handler)
+    try:
+        time.sleep(max(0.0, start_at - time.time()))
+        for i in range(COUNT):
+            record_message(run_id=run_id, text=f"m{i}", author=author, source="fork")
+        result["slot"] = get_minter().slot
+        get_minter().release()
+    except Exception as exc:
+        result["error"] = repr(exc)
+    finally:
+        connections.close_all()
+    result["conflicts"] = handler.count
+    conn.send(result)
+    conn.close()
+
+
+def test_v11_forked_and_separate_processes_record_concurrently_without_collision(
+    process_minter,
+):
+    """Acceptance 3: 2 forked + 2 manage.py processes x 2,000 messages into one run.
+
+    Zero IntegrityErrors (no conflict retries either), zero duplicates, one distinct slot per
+    process, none of them a fixed writer's (1, 2, 3), and the forks did not inherit the
+    parent's slot.
+    """
+    run_id = "v11-concurrent"
+    parent = process_minter()
+    parent_slot = parent.acquire()
+    start_at = time.time() + 6.0  # every process starts recording at the same moment
+    env = child_env()
+
+    connections.close_all()  # a forked child must not share the parent's database socket
+    ctx = multiprocessing.get_context("fork")
+    forks = []
+    for i in range(2):
+        receiver, sender = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_forked_recorder, args=(run_id, f"fork-{i}", start_at, sender))
+        proc.start()
+        forks.append((proc, receiver))
+    commands = [
+        spawn_manage_py(
+            "mint_messages",
+            "--run-id", run_id,
+            "--count", str(COUNT),
+            "--author", f"manage-{i}",
+            "--start-at", str(start_at),
+            env=env,
+        )
+        for i in range(2)
+    ]  # fmt: skip
+
+    results = []
+    for proc, receiver in forks:
+        assert receiver.poll(180), "forked recorder did not finish"
+        results.append(receiver.recv())
+        proc.join(10)
+        assert proc.exitcode == 0
+    for command in commands:
+        out, err = command.communicate(timeout=180)
+        assert command.returncode == 0, err
+        assert "already taken" not in err  # no conflict retry happened
+        results.append(json.loads(out.strip().splitlines()[-1]))
+
+    for result in results[:2]:
+        assert "error" not in result, result
+        assert result["inherited_slot"] is None
+        assert result["conflicts"] == 0
+        assert result["slot"] != parent_slot
+
+    rows = list(Message.objects.filter(run_id=run_id).values_list("author", "ts", "created_at"))
+    assert len(rows) == 4 * COUNT
+    assert len({ts for _, ts, _ in rows}) == 4 * COUNT
+    residues: dict[str, set[int]] = defaultdict(set)
+    spans: dict[str, list] = defaultdict(list)
+    for author, ts, created_at in rows:
+        residues[author].add(parse_ts(ts) % 100)
+        spans[author].append(created_at)
+    assert sorted(residues) == ["fork-0", "fork-1", "manage-0", "manage-1"]
+    slots = [next(iter(r)) for r in residues.values() if len(r) == 1]
+    assert len(slots) == 4, residues  # each process minted in exactly one slot
+    assert len(set(slots)) == 4
+    assert not set(slots) & {1, 2, 3}
+    assert sorted(slots) == sorted(r["slot"] for r in results)
+    # They really ran at the same time: every process started before any other finished.
+    assert max(min(s) for s in spans.values()) < min(max(s) for s in spans.values())
+
+
+def _read_line(proc, timeout: float) -> str:
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    assert ready, f"no output within {timeout}s: {proc.stderr.read() if proc.poll() else ''}"
+    return proc.stdout.readline()
+
+
+def test_v11_killed_process_slot_is_free_only_after_its_lease_expires():
+    """Acceptance 5: SIGKILL leaves the lease; the slot is refused until expiry, then reused."""
+    env = child_env(
+        CANONICAL_IDS_WORKER_POOL="90",
+        CANONICAL_IDS_LEASE_TTL="6",
+        CANONICAL_IDS_RENEW_INTERVAL="1",
+    )
+    victim = spawn_manage_py(
+        "mint_messages", "--run-id", "v11-kill", "--count", "1", "--hold", "120", env=env
+    )
+    try:
+        report = json.loads(_read_line(victim, 60))
+    finally:
+        victim.send_signal(signal.SIGKILL)
+        victim.communicate(timeout=30)
+    assert report["slot"] == 90
+    lease = WriterSlotLease.objects.get(slot=90)
+    assert lease.holder_pid == victim.pid and lease.expires_at > timezone.now()
+
+    holder = leases.Holder.current("worker", timezone.now())
+    with pytest.raises(SlotUnavailable):
+        leases.lease_acquire(slots=[90], holder=holder, ttl=6)
+
+    time.sleep(max(0.0, (lease.expires_at - timezone.now()).total_seconds()) + 0.3)
+    successor = manage_py("mint_messages", "--run-id", "v11-kill", "--count", "1", env=env)
+    assert successor.returncode == 0, successor.stderr
+    after = json.loads(successor.stdout.strip().splitlines()[-1])
+    assert after["slot"] == 90
+    assert after["first_ts"] > report["last_ts"]
+    assert WriterSlotLease.objects.get(slot=90).holder_pid != victim.pid
+
+
+def test_i1_each_django_q2_worker_process_claims_its_own_slot():
+    """A real qcluster: its forked worker processes each hold a distinct pool slot at start-up."""
+    env = child_env(Q_WORKERS="2", LOG_LEVEL="INFO")
+    cluster = spawn_manage_py("qcluster", env=env)
+    try:
+        deadline = time.monotonic() + 90
+        holders: list[tuple[int, int]] = []
+        while time.monotonic() < deadline and cluster.poll() is None:
+            holders = list(
+                WriterSlotLease.objects.filter(expires_at__gt=timezone.now(), role="worker")
+                .exclude(holder_pid=os.getpid())
+                .values_list("slot", "holder_pid")
+            )
+            if len(holders) >= 2:
+                break
+            time.sleep(0.5)
+    finally:
+        cluster.send_signal(signal.SIGTERM)
+        try:
+            _, err = cluster.communicate(timeout=30)
+        except Exception:
+            cluster.kill()
+            _, err = cluster.communicate(timeout=30)
+    assert len(holders) == 2, err[-3000:]
+    slots = {slot for slot, _ in holders}
+    pids = {pid for _, pid in holders}
+    assert len(slots) == 2 and len(pids) == 2
+    assert not slots & {1, 2, 3}
+    assert "holds writer slot" in err
+
+
+def test_embedded_sqlite_default_leases_distinct_slots(tmp_path):
+    """On the embedded SQLite default: migrate, then two concurrent minters get two slots."""
+    env = child_env(DATABASE_URL=f"sqlite:///{tmp_path / 'worker.sqlite3'}")
+    migrated = manage_py("migrate", "-v0", env=env)
+    assert migrated.returncode == 0, migrated.stderr
+    start_at = str(time.time() + 4.0)
+    args = ("mint_messages", "--run-id", "lite", "--count", "300", "--start-at", start_at)
+    procs = [spawn_manage_py(*args, "--author", f"p{i}", "--hold", "1", env=env) for i in (0, 1)]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    assert len({r["slot"] for r in reports}) == 2
+    assert not {r["slot"] for r in reports} & {1, 2, 3}
+    again = manage_py("mint_messages", "--run-id", "lite", "--count", "1", env=env)
+    assert again.returncode == 0, again.stderr
+    after = json.loads(again.stdout.strip().splitlines()[-1])
+    assert after["first_ts"] > max(r["last_ts"] for r in reports if r["slot"] == after["slot"])
