@@ -1,0 +1,23 @@
+"""Exceptions of the jobs app."""
+
+from __future__ import annotations
+
+
+class JobError(Exception):
+    """Base class of the jobs app's own errors."""
+
+
+class PermanentJobError(JobError):
+    """Raised by a handler: the job can never succeed, so it fails now instead of retrying."""
+
+
+class InvalidPayload(PermanentJobError):
+    """Raised by a handler that rejects its payload (a permanent failure)."""
+
+
+class UnknownJobKind(PermanentJobError):
+    """No handler is registered for the job's kind in this process."""
+
+
+class LeaseLost(JobError):
+    """This worker no longer owns the row (it was reaped): the attempt's work is rolled back."""

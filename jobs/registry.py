@@ -1,0 +1,92 @@
+"""The handler registry: which function runs a job of a given kind.
+
+Handlers live in `<app>.handlers` modules of installed apps (found with Django's
+`autodiscover_modules`, the way the admin finds `admin.py`) plus any module named in
+`JOBS_EXTRA_HANDLER_MODULES`. Discovery runs lazily on the first lookup, so every process
+that runs jobs — `run_jobs --burst`, a qcluster worker, a test — knows every kind, and
+processes that only enqueue never import handler code they do not need.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import autodiscover_modules
+
+from jobs.exceptions import UnknownJobKind
+
+logger = logging.getLogger(__name__)
+
+HandlerFn = Callable[[dict[str, Any]], Any]
+
+_handlers: dict[str, HandlerFn] = {}
+_discovered = False
+_lock = threading.Lock()
+
+
+def handler(kind: str) -> Callable[[HandlerFn], HandlerFn]:
+    """Register the decorated `fn(payload: dict)` as the handler of `kind` jobs.
+
+    Registering the same function twice (a module imported again) is allowed; registering a
+    different function for a kind that already has one is a configuration error, because
+    which of the two would run would depend on import order.
+    """
+    if not isinstance(kind, str) or not kind or len(kind) > 100:
+        raise ImproperlyConfigured(f"job kind must be a non-empty string of <= 100 chars: {kind!r}")
+
+    def register(fn: HandlerFn) -> HandlerFn:
+        existing = _handlers.get(kind)
+        if existing is not None and _qualname(existing) != _qualname(fn):
+            raise ImproperlyConfigured(
+                f"job kind {kind!r} already has a handler {_qualname(existing)}; "
+                f"refusing to register {_qualname(fn)}"
+            )
+        _handlers[kind] = fn
+        return fn
+
+    return register
+
+
+def get_handler(kind: str) -> HandlerFn:
+    """The handler of `kind`; raises UnknownJobKind (a permanent failure) if there is none."""
+    discover()
+    try:
+        return _handlers[kind]
+    except KeyError:
+        raise UnknownJobKind(
+            f"no handler registered for job kind {kind!r} (known: {', '.join(sorted(_handlers))})"
+        ) from None
+
+
+def registered_kinds() -> list[str]:
+    discover()
+    return sorted(_handlers)
+
+
+def discover() -> None:
+    """Import every `<app>.handlers` module and JOBS_EXTRA_HANDLER_MODULES, once per process."""
+    global _discovered
+    if _discovered:
+        return
+    with _lock:
+        if _discovered:
+            return
+        autodiscover_modules("handlers")
+        for module in getattr(settings, "JOBS_EXTRA_HANDLER_MODULES", []):
+            importlib.import_module(module)
+        _discovered = True
+        logger.debug(
+            "job handlers discovered: %s",
+            ", ".join(sorted(_handlers)),
+            extra={"action": "job_handlers_discovered"},
+        )
+
+
+def _qualname(fn: Callable[..., Any]) -> str:
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"

@@ -1,0 +1,509 @@
+"""Every write to the Job table: enqueue, claim, complete, fail, heartbeat, reap, retry,
+cancel, prune. The runner (runner.py), the tasks, the commands and the admin call these.
+
+Ownership rule: a worker may write a `processing` row only while `locked_by` is its own
+run id and the status is still `processing`; every such write is a guarded UPDATE, so a
+completion that arrives after the reaper reclaimed the row changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, QuerySet
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from jobs.backoff import retry_delay
+from jobs.exceptions import LeaseLost, PermanentJobError
+from jobs.models import Job
+
+logger = logging.getLogger(__name__)
+
+Status = Job.Status
+LAST_ERROR_MAX_CHARS = 8000
+WAKE_TASK = "jobs.tasks.run_due_jobs"
+
+# Set while this thread drains jobs: a job enqueued by a handler is picked up by that same
+# drain, so it must not queue another wake-up (which in django-q2's sync mode would recurse).
+_draining = threading.local()
+
+
+# --- enqueue and wake-up ----------------------------------------------------------------------
+
+
+def enqueue(
+    kind: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    run_after: datetime | None = None,
+    priority: int = 0,
+    max_attempts: int | None = None,
+) -> Job:
+    """Insert a queued job in the caller's transaction; it is visible when the caller commits.
+
+    The qcluster is woken on commit (see `_schedule_wake`); a rolled-back transaction takes
+    both the row and the wake-up with it, so the job never runs.
+    """
+    if payload is None:
+        payload = {}
+    if not isinstance(payload, dict):
+        raise TypeError(f"job payload must be a dict, not {type(payload).__name__}")
+    if max_attempts is None:
+        max_attempts = settings.JOBS_DEFAULT_MAX_ATTEMPTS
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1, not {max_attempts}")
+    now = timezone.now()
+    job = Job.objects.create(
+        kind=kind,
+        payload=payload,
+        priority=priority,
+        max_attempts=max_attempts,
+        run_after=run_after or now,
+        created_at=now,
+    )
+    if job.run_after <= now + timedelta(seconds=1):
+        _schedule_wake()
+    logger.debug(
+        "job enqueued: #%s %s",
+        job.pk,
+        kind,
+        extra={"action": "job_enqueued", "job_id": job.pk, "kind": kind},
+    )
+    return job
+
+
+def _schedule_wake() -> None:
+    """Ask the qcluster to drain jobs right after the current transaction commits.
+
+    One wake-up per transaction (a bulk enqueue of thousands of rows sends one), none when
+    the transaction rolls back, none from inside a drain (that drain picks the job up).
+    A duplicate wake-up is harmless: the drain claims with SKIP LOCKED and finds nothing.
+    """
+    if not settings.JOBS_WAKE_ON_COMMIT or getattr(_draining, "active", False):
+        return
+    conn = transaction.get_connection()
+    if conn.in_atomic_block and any(entry[1] is _wake for entry in conn.run_on_commit):
+        return
+    transaction.on_commit(_wake, robust=True)
+
+
+def _wake() -> None:
+    from django_q.tasks import async_task
+
+    async_task(WAKE_TASK, task_name=f"jobs wake-up {secrets.token_hex(4)}")
+
+
+# --- claim, complete, fail (the runner's operations) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    kind: str
+    payload: dict[str, Any]
+    attempts: int  # including this attempt
+    max_attempts: int
+
+
+def new_worker_id() -> str:
+    """A run id for `locked_by`: host, pid and a random part (a pid can be reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def job_claim_batch(*, worker: str, limit: int) -> list[ClaimedJob]:
+    """Claim up to `limit` due jobs for `worker` in one short transaction and count the attempt.
+
+    PostgreSQL: one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so
+    concurrent workers never wait for or take each other's rows. Elsewhere (SQLite, which
+    has neither row locks nor SKIP LOCKED) the same claim in two ORM statements: the
+    transaction takes the database's single write lock at BEGIN (IMMEDIATE mode), which
+    serialises claims just as well.
+    """
+    now = timezone.now()
+    lease_expires_at = now + timedelta(seconds=settings.JOBS_LEASE_SECONDS)
+    if connection.vendor == "postgresql":
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_CLAIM_SQL, [now, limit, now, now, lease_expires_at, worker])
+            rows = cursor.fetchall()
+        rows.sort(key=lambda row: (-row[5], row[6], row[0]))
+        return [
+            ClaimedJob(id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=m)
+            for pk, kind, payload, attempts, m, _priority, _run_after in rows
+        ]
+    with transaction.atomic():
+        due = Job.objects.filter(
+            status=Status.QUEUED, run_after__lte=now, attempts__lt=F("max_attempts")
+        ).order_by("-priority", "run_after", "id")
+        if connection.features.has_select_for_update_skip_locked:
+            due = due.select_for_update(skip_locked=True)
+        rows = list(due.values_list("id", "kind", "payload", "attempts", "max_attempts")[:limit])
+        if not rows:
+            return []
+        Job.objects.filter(pk__in=[row[0] for row in rows]).update(
+            status=Status.PROCESSING,
+            attempts=F("attempts") + 1,
+            started_at=now,
+            heartbeat_at=now,
+            lease_expires_at=lease_expires_at,
+            locked_by=worker,
+        )
+    return [
+        ClaimedJob(id=pk, kind=kind, payload=payload, attempts=attempts + 1, max_attempts=maximum)
+        for pk, kind, payload, attempts, maximum in rows
+    ]
+
+
+def _json(value: Any) -> Any:
+    # A raw cursor returns jsonb decoded by psycopg; keep a str fallback for other drivers.
+    return json.loads(value) if isinstance(value, str) else value
+
+
+# Served by the partial index jobs_job_claim_idx (status = 'queued').
+_CLAIM_SQL = f"""
+WITH due AS (
+    SELECT id FROM {Job._meta.db_table}
+    WHERE status = '{Status.QUEUED}' AND run_after <= %s AND attempts < max_attempts
+    ORDER BY priority DESC, run_after, id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {Job._meta.db_table} AS j
+SET status = '{Status.PROCESSING}', attempts = j.attempts + 1, started_at = %s,
+    heartbeat_at = %s, lease_expires_at = %s, locked_by = %s
+FROM due WHERE j.id = due.id
+RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run_after
+"""
+
+
+def job_complete(*, job: ClaimedJob, worker: str) -> None:
+    """Mark the job completed, inside the handler's transaction, if `worker` still owns it.
+
+    Raises LeaseLost otherwise, which rolls the handler's work back with it: the reaper has
+    already put the row back in the queue (or failed it), and that state wins. Plain SQL
+    because it runs once per job: the ORM's query building was half the per-job cost
+    (bench/jobs.py).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_COMPLETE_SQL, [timezone.now(), job.id, worker])
+        updated = cursor.rowcount
+    if updated != 1:
+        raise LeaseLost(f"job #{job.id} is no longer owned by {worker} (reaped?)")
+
+
+_COMPLETE_SQL = f"""
+UPDATE {Job._meta.db_table}
+SET status = '{Status.COMPLETED}', completed_at = %s, locked_by = '', lease_expires_at = NULL
+WHERE id = %s AND locked_by = %s AND status = '{Status.PROCESSING}'
+"""  # table and status values are constants; the values are parameters
+
+
+def job_record_failure(*, job: ClaimedJob, worker: str, exc: BaseException) -> str:
+    """Record a failed attempt in its own transaction; return 'retried', 'failed' or 'lost'.
+
+    The caller has already rolled the handler's transaction back (COR-17): this must never
+    run on an aborted transaction. A permanent error (PermanentJobError, unknown kind,
+    rejected payload) or the last attempt fails the row; anything else re-queues it after
+    the backoff. An interrupt (KeyboardInterrupt, SystemExit) is the worker stopping, not
+    the job failing: it re-queues without delay (the attempt still counts).
+    """
+    now = timezone.now()
+    error = format_error(exc)
+    fields: dict[str, Any] = {"locked_by": "", "lease_expires_at": None, "last_error": error}
+    if isinstance(exc, PermanentJobError) or job.attempts >= job.max_attempts:
+        outcome = "failed"
+        fields.update(status=Status.FAILED, failed_at=now)
+    else:
+        outcome = "retried"
+        delay = retry_delay(job.attempts) if isinstance(exc, Exception) else 0.0
+        fields.update(status=Status.QUEUED, run_after=now + timedelta(seconds=delay))
+    with transaction.atomic():
+        updated = Job.objects.filter(pk=job.id, locked_by=worker, status=Status.PROCESSING).update(
+            **fields
+        )
+    return outcome if updated == 1 else "lost"
+
+
+def job_release(*, worker: str, job_ids: list[int]) -> int:
+    """Give back claimed jobs this worker never started (it is stopping): their attempt is
+    undone, so a graceful shutdown does not burn attempts of a whole batch."""
+    if not job_ids:
+        return 0
+    with transaction.atomic():
+        return Job.objects.filter(
+            pk__in=job_ids, locked_by=worker, status=Status.PROCESSING
+        ).update(
+            status=Status.QUEUED,
+            attempts=F("attempts") - 1,
+            locked_by="",
+            started_at=None,
+            heartbeat_at=None,
+            lease_expires_at=None,
+        )
+
+
+def job_heartbeat(*, worker: str) -> int:
+    """Renew the lease of every row `worker` holds; return how many."""
+    now = timezone.now()
+    return Job.objects.filter(locked_by=worker, status=Status.PROCESSING).update(
+        heartbeat_at=now, lease_expires_at=now + timedelta(seconds=settings.JOBS_LEASE_SECONDS)
+    )
+
+
+def format_error(exc: BaseException) -> str:
+    """`module.Type: message` then the traceback's tail, so the admin shows what and where."""
+    kind = type(exc)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    head = f"{name}: {exc}".strip()
+    tb = "".join(traceback.format_exception(exc))
+    text = f"{head}\n\n{tb}"
+    if len(text) > LAST_ERROR_MAX_CHARS:
+        keep = LAST_ERROR_MAX_CHARS - len(head) - 40
+        text = f"{head[:2000]}\n\n[... traceback trimmed ...]\n{tb[-max(keep, 1000) :]}"
+    return text
+
+
+def drain_scope():
+    """Context manager marking this thread as draining (see `_draining`)."""
+    return _DrainScope()
+
+
+class _DrainScope:
+    def __enter__(self) -> None:
+        self.previous = getattr(_draining, "active", False)
+        _draining.active = True
+
+    def __exit__(self, *exc_info: object) -> None:
+        _draining.active = self.previous
+
+
+# --- reaper -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReapedJob:
+    id: int
+    kind: str
+    attempts: int
+    max_attempts: int
+    locked_by: str  # the worker that stopped heartbeating
+    status: str  # the new (or, in a dry run, would-be) status
+    run_after: datetime | None
+
+    def describe(self) -> str:
+        then = f" run_after={self.run_after:%Y-%m-%d %H:%M:%S}" if self.run_after else ""
+        return (
+            f"#{self.id} {self.kind} attempts {self.attempts}/{self.max_attempts} "
+            f"(was {self.locked_by or '?'}) -> {self.status}{then}"
+        )
+
+
+def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -> list[ReapedJob]:
+    """Reclaim `processing` rows whose worker died: queued again with backoff, or failed when
+    their attempts are used up (the attempt was counted at claim, so reaping costs one).
+
+    Stale means the lease expired, or with `older_than` that the last heartbeat is older
+    than that many seconds. On PostgreSQL this is one UPDATE over a `FOR UPDATE SKIP LOCKED`
+    selection: two reapers at once each take disjoint rows, and a row whose worker is
+    completing it right now (its lock held) is left alone; the UPDATE re-checks the status
+    after any wait, so a row is never reaped twice.
+    """
+    now = timezone.now()
+    stale = Job.objects.filter(status=Status.PROCESSING)
+    if older_than is None:
+        stale = stale.filter(lease_expires_at__lt=now)
+        condition, cutoff = "lease_expires_at < %(cutoff)s", now
+    else:
+        cutoff = now - timedelta(seconds=older_than)
+        stale = stale.filter(heartbeat_at__lt=cutoff)
+        condition = "heartbeat_at < %(cutoff)s"
+    if dry_run:
+        return [
+            ReapedJob(
+                id=row.pk,
+                kind=row.kind,
+                attempts=row.attempts,
+                max_attempts=row.max_attempts,
+                locked_by=row.locked_by,
+                status=Status.FAILED if row.attempts >= row.max_attempts else Status.QUEUED,
+                run_after=None,
+            )
+            for row in stale.order_by("id")
+        ]
+    note = f"reaped at {now:%Y-%m-%d %H:%M:%S} UTC: lease expired, worker "
+    if connection.vendor == "postgresql":
+        reaped = _reap_postgresql(condition=condition, cutoff=cutoff, now=now, note=note)
+    else:
+        reaped = _reap_generic(stale=stale, now=now, note=note)
+    for job in reaped:
+        logger.warning(
+            "job reaped: %s",
+            job.describe(),
+            extra={
+                "action": "job_reaped",
+                "job_id": job.id,
+                "kind": job.kind,
+                "attempt": job.attempts,
+            },
+        )
+    return reaped
+
+
+_REAP_SQL = """
+WITH stale AS (
+    SELECT id, locked_by AS old_locked_by
+    FROM jobs_job
+    WHERE status = 'processing' AND {condition}
+    ORDER BY id
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs_job AS j SET
+    status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
+    failed_at = CASE WHEN j.attempts >= j.max_attempts THEN %(now)s ELSE NULL END,
+    run_after = CASE WHEN j.attempts >= j.max_attempts THEN j.run_after ELSE
+        %(now)s + make_interval(secs => LEAST(%(cap)s::float8,
+            %(base)s::float8 * power(2, LEAST(GREATEST(j.attempts, 1) - 1, 60)))
+            * (1 + random() * %(jitter)s::float8)) END,
+    locked_by = '',
+    lease_expires_at = NULL,
+    last_error = %(note)s || stale.old_locked_by || ' stopped heartbeating (last heartbeat '
+        || COALESCE(to_char(j.heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), 'never')
+        || ' UTC)'
+FROM stale
+WHERE j.id = stale.id AND j.status = 'processing'
+RETURNING j.id, j.kind, j.attempts, j.max_attempts, stale.old_locked_by, j.status, j.run_after
+"""
+
+
+def _reap_postgresql(
+    *, condition: str, cutoff: datetime, now: datetime, note: str
+) -> list[ReapedJob]:
+    params = {
+        "cutoff": cutoff,
+        "now": now,
+        "cap": settings.JOBS_BACKOFF_CAP_SECONDS,
+        "base": settings.JOBS_BACKOFF_BASE_SECONDS,
+        "jitter": settings.JOBS_BACKOFF_JITTER,
+        "note": note,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_REAP_SQL.format(condition=condition), params)
+        rows = cursor.fetchall()
+    return sorted(
+        (
+            ReapedJob(
+                id=pk,
+                kind=kind,
+                attempts=attempts,
+                max_attempts=maximum,
+                locked_by=locked_by,
+                status=status,
+                run_after=run_after if status == Status.QUEUED else None,
+            )
+            for pk, kind, attempts, maximum, locked_by, status, run_after in rows
+        ),
+        key=lambda job: job.id,
+    )
+
+
+def _reap_generic(*, stale: QuerySet[Job], now: datetime, note: str) -> list[ReapedJob]:
+    """Backends without row locks (SQLite): the IMMEDIATE transaction holds the only write
+    lock from BEGIN, so select-then-update inside it is as atomic as the single UPDATE."""
+    reaped = []
+    with transaction.atomic():
+        for row in stale.order_by("id"):
+            heartbeat = f"{row.heartbeat_at:%Y-%m-%d %H:%M:%S}" if row.heartbeat_at else "never"
+            fields: dict[str, Any] = {
+                "locked_by": "",
+                "lease_expires_at": None,
+                "last_error": f"{note}{row.locked_by} stopped heartbeating "
+                f"(last heartbeat {heartbeat} UTC)",
+            }
+            if row.attempts >= row.max_attempts:
+                fields.update(status=Status.FAILED, failed_at=now)
+            else:
+                fields.update(
+                    status=Status.QUEUED,
+                    run_after=now + timedelta(seconds=retry_delay(row.attempts)),
+                )
+            Job.objects.filter(pk=row.pk, status=Status.PROCESSING).update(**fields)
+            reaped.append(
+                ReapedJob(
+                    id=row.pk,
+                    kind=row.kind,
+                    attempts=row.attempts,
+                    max_attempts=row.max_attempts,
+                    locked_by=row.locked_by,
+                    status=fields["status"],
+                    run_after=fields.get("run_after"),
+                )
+            )
+    return reaped
+
+
+# --- operator actions (admin, commands) -------------------------------------------------------
+
+
+def jobs_retry_now(*, jobs: QuerySet[Job]) -> int:
+    """Queue the given queued/failed/cancelled jobs to run now; one UPDATE for any number.
+
+    A failed job gets one more attempt (max_attempts raised to attempts + 1 if needed), so
+    `attempts <= max_attempts` keeps holding; running or completed jobs are left alone.
+    """
+    with transaction.atomic():
+        count = jobs.filter(status__in=[Status.QUEUED, Status.FAILED, Status.CANCELLED]).update(
+            status=Status.QUEUED,
+            run_after=timezone.now(),
+            failed_at=None,
+            cancelled_at=None,
+            max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
+        )
+        if count:
+            _schedule_wake()
+    logger.info("jobs retried now: %s", count, extra={"action": "jobs_retry_now"})
+    return count
+
+
+def jobs_cancel(*, jobs: QuerySet[Job]) -> int:
+    """Cancel the given queued jobs (one UPDATE); a running job cannot be cancelled."""
+    with transaction.atomic():
+        count = jobs.filter(status=Status.QUEUED).update(
+            status=Status.CANCELLED, cancelled_at=timezone.now()
+        )
+    logger.info("jobs cancelled: %s", count, extra={"action": "jobs_cancel"})
+    return count
+
+
+def jobs_prune_completed(*, older_than_days: float | None = None, chunk: int = 5000) -> int:
+    """Delete completed jobs finished more than the retention ago, in chunks (short locks)."""
+    days = settings.JOBS_RETENTION_DAYS if older_than_days is None else older_than_days
+    cutoff = timezone.now() - timedelta(days=days)
+    total = 0
+    while True:
+        ids = list(
+            Job.objects.filter(status=Status.COMPLETED, completed_at__lt=cutoff).values_list(
+                "pk", flat=True
+            )[:chunk]
+        )
+        if not ids:
+            break
+        with transaction.atomic():
+            total += Job.objects.filter(pk__in=ids, status=Status.COMPLETED).delete()[0]
+    if total:
+        logger.info("completed jobs pruned: %s", total, extra={"action": "jobs_pruned"})
+    return total

@@ -1,0 +1,28 @@
+"""The functions the qcluster calls (paths in ops/schedules.py and the wake-up task)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from jobs import services
+from jobs.runner import run_pending
+
+
+def run_due_jobs() -> dict:
+    """Drain due jobs: called on commit of an enqueue (wake-up) and every minute (retries,
+    anything a lost wake-up missed). Bounded by JOBS_DRAIN_SECONDS so it ends well inside
+    the django-q2 task timeout; what is left is picked up by the next wake-up or minute."""
+    summary = run_pending(max_seconds=settings.JOBS_DRAIN_SECONDS)
+    result = summary.as_dict()
+    result.pop("errors")  # logged already; the django-q2 result row stays small
+    return result
+
+
+def reap_stale_jobs() -> int:
+    """Reclaim rows whose worker stopped heartbeating; return how many."""
+    return len(services.jobs_reap_stale())
+
+
+def prune_completed_jobs() -> int:
+    """Delete completed jobs older than JOBS_RETENTION_DAYS; return how many."""
+    return services.jobs_prune_completed()

@@ -1,0 +1,118 @@
+"""Job handlers used by the tests. Subprocesses load them through
+JOBS_EXTRA_HANDLER_MODULES=tests.jobs.handlers (see `worker_env` in conftest)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from django.contrib.auth import get_user_model
+
+from jobs import handler
+from jobs.exceptions import InvalidPayload, PermanentJobError
+
+
+def _append(path: str, line: str) -> None:
+    # O_APPEND with one small write per line: lines from several processes never interleave.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{line}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@handler("tests.noop")
+def noop(payload: dict) -> None:
+    pass
+
+
+@handler("tests.log")
+def log_execution(payload: dict) -> None:
+    """Append `n pid` to payload['log'] on every execution, committed or not."""
+    _append(payload["log"], f"{payload['n']} {os.getpid()}")
+    if payload.get("sleep"):
+        time.sleep(payload["sleep"])
+
+
+@handler("tests.create_user")
+def create_user(payload: dict) -> None:
+    get_user_model().objects.create(username=payload["username"])
+
+
+@handler("tests.integrity_error")
+def integrity_error(payload: dict) -> None:
+    """COR-17: the handler's failure is a database error inside its transaction."""
+    user_model = get_user_model()
+    user_model.objects.create(username=payload["username"])
+    user_model.objects.create(username=payload["username"])  # unique violation
+
+
+@handler("tests.boom")
+def boom(payload: dict) -> None:
+    raise RuntimeError(payload.get("message", "boom"))
+
+
+@handler("tests.permanent")
+def permanent(payload: dict) -> None:
+    raise PermanentJobError("this can never work")
+
+
+@handler("tests.needs_user_id")
+def needs_user_id(payload: dict) -> None:
+    if not isinstance(payload.get("user_id"), int):
+        raise InvalidPayload(f"user_id must be an integer, got {payload.get('user_id')!r}")
+
+
+@handler("tests.interrupt")
+def interrupt(payload: dict) -> None:
+    get_user_model().objects.create(username=payload["username"])
+    raise KeyboardInterrupt
+
+
+@handler("tests.blocking")
+def blocking(payload: dict) -> None:
+    """Says it started, then waits while payload['block'] exists (killed there by a test)."""
+    _append(payload["log"], f"start {os.getpid()}")
+    deadline = time.monotonic() + 60
+    while Path(payload["block"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    get_user_model().objects.create(username=f"done-{payload['n']}")
+    _append(payload["log"], f"done {os.getpid()}")
+
+
+@handler("tests.reaped_midway")
+def reaped_midway(payload: dict) -> None:
+    """Another process's reaper takes the row while this handler runs (a stalled worker)."""
+    from django.db import connection
+
+    from jobs.services import jobs_reap_stale
+
+    get_user_model().objects.create(username=payload["username"])
+
+    def reap() -> None:
+        try:
+            jobs_reap_stale(older_than=-5)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=reap)
+    thread.start()
+    thread.join(timeout=30)
+
+
+@handler("tests.scripted")
+def scripted(payload: dict) -> None:
+    """Outcome chosen by the test: ok, error, db_error, permanent or invalid."""
+    outcome = payload["outcome"]
+    get_user_model().objects.create(username=f"s-{payload['n']}-{time.monotonic_ns()}")
+    if outcome == "error":
+        raise ValueError("scripted failure")
+    if outcome == "db_error":
+        get_user_model().objects.create(username=f"dup-{payload['n']}")
+        get_user_model().objects.create(username=f"dup-{payload['n']}")
+    if outcome == "permanent":
+        raise PermanentJobError("scripted permanent failure")
+    if outcome == "invalid":
+        raise InvalidPayload("scripted rejection")

@@ -1,0 +1,93 @@
+"""The jobs admin: counts, filters, search, readable errors, bulk actions via services."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from model_bakery import baker
+
+from jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = reverse("admin:jobs_job_changelist")
+
+
+def _action(admin_client, action: str, ids: list[int] | None = None, **query):
+    data = {"action": action, "index": 0}
+    if ids is None:
+        data.update(select_across=1, _selected_action=[Job.objects.values_list("pk")[0][0]])
+    else:
+        data["_selected_action"] = ids
+    url = CHANGELIST + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+    return admin_client.post(url, data, follow=True)
+
+
+def test_changelist_shows_counts_filters_and_finds_a_job_by_id(admin_client):
+    failed = baker.make(
+        Job,
+        kind="mail.send",
+        status=Job.Status.FAILED,
+        attempts=5,
+        max_attempts=5,
+        failed_at=timezone.now(),
+        last_error="smtplib.SMTPException: <refused> by relay\n\nTraceback ...",
+    )
+    baker.make(Job, kind="mail.send", max_attempts=5, _quantity=3)
+    baker.make(Job, kind="reports.build", max_attempts=5)
+
+    page = admin_client.get(CHANGELIST).content.decode()
+    assert "Queued: <strong>4</strong>" in page
+    assert "Failed: <strong>1</strong>" in page
+    assert "smtplib.SMTPException: &lt;refused&gt; by relay" in page  # escaped, first line
+    assert "?kind=tests.noop" in page  # kind filter choices come from the handler registry
+
+    filtered = admin_client.get(CHANGELIST, {"status__exact": "failed", "kind": "mail.send"})
+    assert list(filtered.context["cl"].result_list) == [failed]
+    by_id = admin_client.get(CHANGELIST, {"q": f"#{failed.pk}"})
+    assert list(by_id.context["cl"].result_list) == [failed]
+    by_kind = admin_client.get(CHANGELIST, {"q": "reports"})
+    assert [job.kind for job in by_kind.context["cl"].result_list] == ["reports.build"]
+
+    detail = admin_client.get(reverse("admin:jobs_job_change", args=[failed.pk]))
+    body = detail.content.decode()
+    assert "<pre" in body and "&lt;refused&gt;" in body
+    assert 'name="_save"' not in body  # view only: no hand editing
+
+
+def test_retry_now_and_cancel_act_on_thousands_of_rows_in_a_few_queries(
+    admin_client, django_assert_max_num_queries
+):
+    now = timezone.now()
+    baker.make(
+        Job,
+        kind="k",
+        status=Job.Status.FAILED,
+        attempts=3,
+        max_attempts=3,
+        failed_at=now,
+        _quantity=3000,
+        _bulk_create=True,
+    )
+    running = baker.make(
+        Job, kind="k", status=Job.Status.PROCESSING, attempts=1, max_attempts=3, locked_by="w"
+    )
+
+    with django_assert_max_num_queries(25):
+        response = _action(admin_client, "retry_now")
+    assert "3000 job(s) queued to run now." in response.content.decode()
+    assert Job.objects.filter(status=Job.Status.QUEUED, failed_at__isnull=True).count() == 3000
+    # one more attempt each, so attempts <= max_attempts still holds
+    assert set(Job.objects.filter(status="queued").values_list("attempts", "max_attempts")) == {
+        (3, 4)
+    }
+    running.refresh_from_db()
+    assert running.status == Job.Status.PROCESSING  # a running job is not touched
+
+    with django_assert_max_num_queries(25):
+        response = _action(admin_client, "cancel", status__exact="queued")
+    assert "3000 job(s) cancelled." in response.content.decode()
+    assert Job.objects.filter(status=Job.Status.CANCELLED).count() == 3000
+    running.refresh_from_db()
+    assert running.status == Job.Status.PROCESSING

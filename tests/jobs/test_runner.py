@@ -1,0 +1,167 @@
+"""The job loop in this process: success, failure path (COR-17, I3), attempts (I5)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from model_bakery import baker
+
+from jobs import enqueue, run_pending
+from jobs.models import Job
+from jobs.services import jobs_cancel
+
+User = get_user_model()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cor17_database_error_in_handler_is_rolled_back_then_recorded():
+    """COR-17: a handler whose failure is a database error (IntegrityError in its own
+    transaction). The old worker committed the failure on the aborted transaction, which
+    raised InFailedSqlTransaction and left the row `processing`. Here the runner rolls back
+    first, records in a fresh transaction, and does not raise."""
+    job = enqueue("tests.integrity_error", {"username": "dup"})
+    before = timezone.now()
+
+    summary = run_pending()
+
+    assert (summary.claimed, summary.retried, summary.completed, summary.failed) == (1, 1, 0, 0)
+    job.refresh_from_db()
+    assert job.status == Job.Status.QUEUED
+    assert job.attempts == 1
+    assert "IntegrityError" in job.last_error.splitlines()[0]
+    assert job.run_after >= before + timedelta(seconds=settings.JOBS_BACKOFF_BASE_SECONDS)
+    assert job.locked_by == "" and job.lease_expires_at is None
+    assert job.completed_at is None and job.failed_at is None
+    # The handler's first insert was rolled back with its transaction.
+    assert not User.objects.filter(username="dup").exists()
+
+
+@pytest.mark.django_db
+def test_success_commits_handler_work_and_completion_together():
+    job = enqueue("tests.create_user", {"username": "alice"})
+
+    summary = run_pending()
+
+    assert (summary.claimed, summary.completed) == (1, 1)
+    job.refresh_from_db()
+    assert job.status == Job.Status.COMPLETED
+    assert job.completed_at is not None and job.failed_at is None
+    assert job.attempts == 1 and job.locked_by == ""
+    assert User.objects.filter(username="alice").exists()
+
+
+@pytest.mark.django_db
+def test_last_attempt_fails_the_job_with_failed_at_and_no_completed_at():
+    job = enqueue("tests.boom", {"message": "still broken"}, max_attempts=3)
+
+    for attempt in range(1, 4):
+        Job.objects.filter(pk=job.pk).update(run_after=timezone.now())  # skip the backoff
+        summary = run_pending()
+        assert summary.claimed == 1
+        job.refresh_from_db()
+        assert job.attempts == attempt
+
+    assert job.status == Job.Status.FAILED
+    assert job.failed_at is not None
+    assert job.completed_at is None
+    assert job.last_error.startswith("RuntimeError: still broken")
+    assert "Traceback" in job.last_error
+
+    Job.objects.filter(pk=job.pk).update(run_after=timezone.now())
+    assert run_pending().claimed == 0  # never claimed again, never above max_attempts
+    job.refresh_from_db()
+    assert job.attempts == 3
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("kind", "payload", "message"),
+    [
+        ("tests.permanent", {}, "PermanentJobError: this can never work"),
+        ("tests.needs_user_id", {"user_id": "seven"}, "InvalidPayload: user_id must be"),
+        ("tests.no_such_kind", {}, "UnknownJobKind: no handler registered for job kind"),
+    ],
+)
+def test_permanent_errors_fail_at_once_without_retrying(kind, payload, message):
+    job = enqueue(kind, payload, max_attempts=5)
+
+    summary = run_pending()
+
+    assert (summary.failed, summary.retried) == (1, 0)
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED
+    assert job.attempts == 1
+    assert message in job.last_error.splitlines()[0]
+    assert job.failed_at is not None and job.completed_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keyboard_interrupt_is_recorded_then_reraised_and_unstarted_claims_released():
+    interrupted = enqueue("tests.interrupt", {"username": "int"}, priority=10)
+    waiting = [enqueue("tests.noop") for _ in range(3)]
+
+    with pytest.raises(KeyboardInterrupt):
+        run_pending()
+
+    interrupted.refresh_from_db()
+    assert interrupted.status == Job.Status.QUEUED
+    assert interrupted.attempts == 1
+    assert interrupted.last_error.startswith("KeyboardInterrupt")
+    assert interrupted.run_after <= timezone.now()  # a stop is not the job's fault: no backoff
+    assert not User.objects.filter(username="int").exists()
+    for job in waiting:  # claimed in the same batch, never started: attempt given back
+        job.refresh_from_db()
+        assert (job.status, job.attempts, job.locked_by) == (Job.Status.QUEUED, 0, "")
+
+    assert jobs_cancel(jobs=Job.objects.filter(pk=interrupted.pk)) == 1
+    assert run_pending().completed == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_completion_after_a_reap_does_not_overwrite_the_reaped_row():
+    """The reaper reclaims the row while the handler runs: the late completion finds it no
+    longer owned, changes nothing, and the handler's writes roll back with it."""
+    job = enqueue("tests.reaped_midway", {"username": "late"})
+
+    summary = run_pending()
+
+    assert (summary.lost, summary.completed) == (1, 0)
+    job.refresh_from_db()
+    assert job.status == Job.Status.QUEUED
+    assert job.completed_at is None
+    assert job.last_error.startswith("reaped at")
+    assert not User.objects.filter(username="late").exists()
+
+
+@pytest.mark.django_db
+def test_claims_honour_priority_run_after_and_limit():
+    now = timezone.now()
+    low = baker.make(Job, kind="tests.noop", max_attempts=3, priority=0, run_after=now)
+    high = baker.make(Job, kind="tests.noop", max_attempts=3, priority=5, run_after=now)
+    later = baker.make(Job, kind="tests.noop", max_attempts=3, run_after=now + timedelta(hours=1))
+
+    assert run_pending(limit=1).completed == 1
+    high.refresh_from_db()
+    low.refresh_from_db()
+    assert high.status == Job.Status.COMPLETED and low.status == Job.Status.QUEUED
+
+    assert run_pending().completed == 1
+    later.refresh_from_db()
+    assert later.status == Job.Status.QUEUED and later.attempts == 0
+
+
+@pytest.mark.django_db
+def test_failure_logs_redact_email_addresses_but_the_row_keeps_the_detail(caplog):
+    job = enqueue("tests.boom", {"message": "bounced: pi.smith@uni.example.org"})
+
+    summary = run_pending()
+
+    assert "pi.smith@uni.example.org" not in caplog.text
+    assert "bounced: <email>" in caplog.text
+    assert summary.errors == [f"#{job.pk} tests.boom: RuntimeError: bounced: <email>"]
+    job.refresh_from_db()
+    assert "pi.smith@uni.example.org" in job.last_error  # operators see it in the admin

@@ -1,0 +1,128 @@
+"""The functions the qcluster schedules call, and the wake-on-commit path through a real
+qcluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from django_q.models import Task
+from model_bakery import baker
+
+from jobs import enqueue
+from jobs.models import Job
+from jobs.tasks import prune_completed_jobs, reap_stale_jobs, run_due_jobs
+from ops.schedules import SCHEDULES
+from tests.support.processes import PROJECT_ROOT
+
+
+def test_every_jobs_schedule_points_at_a_function_here():
+    import jobs.tasks
+
+    paths = [spec.func for spec in SCHEDULES if spec.func.startswith("jobs.")]
+    assert paths
+    for path in paths:
+        assert callable(getattr(jobs.tasks, path.rsplit(".", 1)[1]))
+
+
+@pytest.mark.django_db
+def test_run_due_jobs_and_reap_stale_jobs():
+    enqueue("tests.noop")
+    result = run_due_jobs()
+    assert (result["claimed"], result["completed"]) == (1, 1)
+
+    dead = timezone.now() - timedelta(minutes=5)
+    baker.make(
+        Job,
+        kind="tests.noop",
+        status=Job.Status.PROCESSING,
+        attempts=1,
+        max_attempts=2,
+        heartbeat_at=dead,
+        lease_expires_at=dead,
+        locked_by="gone",
+    )
+    assert reap_stale_jobs() == 1
+    assert reap_stale_jobs() == 0
+
+
+@pytest.mark.django_db
+def test_prune_deletes_only_completed_jobs_older_than_the_retention(settings):
+    settings.JOBS_RETENTION_DAYS = 7
+    old = timezone.now() - timedelta(days=8)
+    recent = timezone.now() - timedelta(days=6)
+    baker.make(
+        Job,
+        kind="k",
+        status=Job.Status.COMPLETED,
+        attempts=1,
+        max_attempts=1,
+        completed_at=old,
+        _quantity=3,
+    )
+    keep = [
+        baker.make(
+            Job, kind="k", status="completed", attempts=1, max_attempts=1, completed_at=recent
+        ),
+        baker.make(Job, kind="k", status="failed", attempts=1, max_attempts=1, failed_at=old),
+        baker.make(Job, kind="k", status="queued", max_attempts=1, created_at=old),
+    ]
+
+    assert prune_completed_jobs() == 3
+    assert sorted(Job.objects.values_list("pk", flat=True)) == sorted(job.pk for job in keep)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_job_committed_while_the_cluster_runs_starts_within_seconds(worker_env, tmp_path):
+    """The minute schedule alone would take up to 60 s; the on-commit wake-up makes it ~1 s."""
+    log = tmp_path / "qcluster.log"
+    env = {
+        **worker_env,
+        "Q_WORKERS": "1",
+        "Q_POLL": "0.1",
+        "LOG_LEVEL": "INFO",
+        "LOG_FORMAT": "text",
+    }
+    with log.open("w") as out:
+        cluster = subprocess.Popen(
+            [sys.executable, str(PROJECT_ROOT / "manage.py"), "qcluster"],
+            env=env,
+            cwd=PROJECT_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "running" not in log.read_text():
+            assert cluster.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        time.sleep(2)  # let the start-up run of the minute schedules pass
+
+        job = enqueue("tests.create_user", {"username": "woken"})  # commits: wake-up sent
+        committed = time.monotonic()
+        while Job.objects.get(pk=job.pk).status != Job.Status.COMPLETED:
+            assert time.monotonic() - committed < 15, log.read_text()
+            time.sleep(0.05)
+        print(f"job completed {time.monotonic() - committed:.2f}s after commit")
+
+        # ...and it was the wake-up task (not a schedule) that ran it.
+        def wakeups():
+            return [t.result for t in Task.objects.filter(name__startswith="jobs wake-up")]
+
+        while not wakeups():
+            assert time.monotonic() - committed < 15, log.read_text()
+            time.sleep(0.05)
+        assert wakeups()[0]["completed"] == 1
+    finally:
+        cluster.terminate()
+        try:
+            cluster.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            cluster.kill()
+            cluster.wait(timeout=10)
