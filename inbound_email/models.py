@@ -1,3 +1,157 @@
-"""Models of the inbound_email app."""
+"""The inbound-mail ledger and the replies (ratings + instruction outbox) read from it.
 
-from django.db import models  # noqa: F401
+One `InboundEmail` row per store object (unique key) is the claim, the retry counter and the
+audit trail: it decides that every object ends processed, rejected or quarantined (I6) and
+that a redelivered object or a duplicate Message-ID is handled once. A `Reply` is an accepted
+reply: its rating and its instruction, which is relayed through the outbox fields (I8).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class InboundEmail(models.Model):
+    class Status(models.TextChoices):
+        RECEIVED = "received", "Received (to handle)"
+        AWAITING_RELAY = "awaiting_relay", "Awaiting relay (mail kept until posted)"
+        PROCESSED = "processed", "Processed"
+        REJECTED = "rejected", "Rejected"
+        QUARANTINED = "quarantined", "Quarantined"
+        DISCARDED = "discarded", "Discarded"
+
+    class Reason(models.TextChoices):
+        NONE = "", "—"
+        OVERSIZE = "oversize", "Over the size limit (not read)"
+        PERMANENT_ERROR = "permanent_error", "Permanent error"
+        TOO_MANY_ATTEMPTS = "too_many_attempts", "Too many failed attempts"
+        DUPLICATE = "duplicate", "Duplicate Message-ID"
+        AUTO_REPLY = "auto_reply", "Auto-reply"
+        BOUNCE = "bounce", "Bounce / delivery notification"
+        NO_TOKEN = "no_token", "No reply token"
+        UNKNOWN_TOKEN = "unknown_token", "Unknown token"
+        EXPIRED_TOKEN = "expired_token", "Expired token"
+        TOKEN_NOT_OPEN = "token_not_open", "Notification not open for replies"
+        SENDER_MISMATCH = "sender_mismatch", "Sender is not the notified address"
+        RATE_LIMITED = "rate_limited", "Too many replies for this token this hour"
+        INVALID_RATING = "invalid_rating", "Invalid rating"
+        EMPTY_REPLY = "empty_reply", "Nothing to act on"
+
+    # Where the object was found (unique: a redelivered object with the same key is one row).
+    store_key = models.CharField(max_length=1024, unique=True)
+    etag = models.CharField(max_length=200, blank=True)
+    size = models.BigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True, db_index=True)
+    # Message-ID (or sha256: when it has none); unique among originals -> duplicates rejected.
+    dedup_key = models.CharField(max_length=600, blank=True)
+    duplicate_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="duplicates"
+    )
+    message_id = models.CharField(max_length=500, blank=True)
+    from_address = models.CharField(max_length=254, blank=True)
+    to_addresses = models.TextField(blank=True)
+    subject = models.CharField(max_length=500, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="The mail's Date header.")
+    headers_text = models.TextField(blank=True, help_text="Decoded headers (display only).")
+    body_text = models.TextField(blank=True, help_text="Decoded text body (display only).")
+    # The raw source, kept while anything depends on it (cleared once processed).
+    raw = models.BinaryField(null=True, blank=True, editable=False)
+    notification = models.ForeignKey(
+        "notifications.EmailNotification",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="inbound_emails",
+    )
+
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RECEIVED)
+    reason = models.CharField(max_length=30, choices=Reason.choices, blank=True, default="")
+    detail = models.TextField(blank=True, help_text="Human-readable reason.")
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, help_text="Last exception with traceback.")
+    # Set once the object was moved to the quarantine prefix.
+    quarantine_key = models.CharField(max_length=1100, blank=True)
+    intake_deleted = models.BooleanField(default=False)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    TERMINAL_STATUSES = (
+        Status.PROCESSED,
+        Status.REJECTED,
+        Status.QUARANTINED,
+        Status.DISCARDED,
+    )
+
+    class Meta:
+        verbose_name = "inbound email"
+        indexes = [
+            models.Index(fields=["status", "next_attempt_at"]),
+            models.Index(fields=["status", "created_at"]),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["dedup_key"],
+                condition=~Q(dedup_key="") & Q(duplicate_of__isnull=True),
+                name="inbound_email_one_original_per_message_id",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.store_key} ({self.status})"
+
+
+class Reply(models.Model):
+    """An accepted reply: a rating and/or an instruction relayed through an outbox."""
+
+    class RelayStatus(models.TextChoices):
+        NONE = "none", "No instruction"
+        PENDING = "pending", "Pending (retrying)"
+        POSTED = "posted", "Posted to Slack"
+        INBOXED = "inboxed", "Recorded in the database inbox"
+
+    inbound_email = models.OneToOneField(
+        InboundEmail, on_delete=models.PROTECT, related_name="reply"
+    )
+    notification = models.ForeignKey(
+        "notifications.EmailNotification", on_delete=models.CASCADE, related_name="replies"
+    )
+    rating = models.PositiveSmallIntegerField(null=True, blank=True)
+    rating_error = models.CharField(max_length=300, blank=True)
+    instruction = models.TextField(blank=True)
+
+    relay_status = models.CharField(
+        max_length=10, choices=RelayStatus.choices, default=RelayStatus.NONE
+    )
+    relay_attempts = models.PositiveIntegerField(default=0)
+    relay_next_attempt_at = models.DateTimeField(null=True, blank=True)
+    relay_last_error = models.TextField(blank=True)
+    slack_channel = models.CharField(max_length=64, blank=True)
+    slack_ts = models.CharField(max_length=32, blank=True)
+    message_ts = models.CharField(
+        max_length=32, blank=True, help_text="Canonical id of the database-inbox message."
+    )
+    needs_operator = models.BooleanField(
+        default=False, help_text="Slack never accepted it: it went to the database inbox."
+    )
+    relayed_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "replies"
+        indexes = [
+            models.Index(fields=["notification", "created_at"]),
+            models.Index(fields=["relay_status", "relay_next_attempt_at"]),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rating__isnull=True) | Q(rating__gte=1, rating__lte=5),
+                name="reply_rating_between_1_and_5",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"reply #{self.pk} to notification {self.notification_id}"

@@ -1,0 +1,181 @@
+"""Admin: read-only ledger and replies; quarantined mail shown as escaped text; actions call
+services. Mail is never rendered as HTML and never fetches remote content."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from inbound_email.exceptions import InboundEmailError
+from inbound_email.models import InboundEmail, Reply
+from inbound_email.services import (
+    inbound_email_discard,
+    inbound_email_raw,
+    inbound_email_reprocess,
+)
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        # The change page is a read-only view; actions need the view permission only.
+        return False
+
+
+def _pre(text: str) -> str:
+    # format_html escapes: a <script> or <img src=http://...> in mail is shown, never run.
+    return format_html('<pre style="white-space: pre-wrap; max-height: 40em">{}</pre>', text)
+
+
+@admin.register(InboundEmail)
+class InboundEmailAdmin(ReadOnlyAdmin):
+    list_display = ("id", "store_key", "status", "reason", "attempts", "subject", "created_at")
+    list_filter = ("status", "reason")
+    search_fields = ("store_key", "message_id", "subject")
+    date_hierarchy = "created_at"
+    actions = ("reprocess", "discard")
+    fieldsets = (
+        (None, {"fields": ("store_key", "status", "reason", "detail", "attempts")}),
+        ("Mail", {"fields": ("message_id", "from_address", "to_addresses", "subject", "sent_at")}),
+        ("Content (escaped text, never rendered)", {"fields": ("headers_view", "body_view")}),
+        ("Raw source", {"fields": ("raw_link", "size", "sha256", "etag")}),
+        (
+            "Processing",
+            {
+                "fields": (
+                    "notification",
+                    "duplicate_of",
+                    "next_attempt_at",
+                    "quarantine_key",
+                    "intake_deleted",
+                    "error_view",
+                    "created_at",
+                    "updated_at",
+                    "finished_at",
+                )
+            },
+        ),
+    )
+    readonly_fields = (
+        "store_key",
+        "status",
+        "reason",
+        "detail",
+        "attempts",
+        "message_id",
+        "from_address",
+        "to_addresses",
+        "subject",
+        "sent_at",
+        "headers_view",
+        "body_view",
+        "raw_link",
+        "size",
+        "sha256",
+        "etag",
+        "notification",
+        "duplicate_of",
+        "next_attempt_at",
+        "quarantine_key",
+        "intake_deleted",
+        "error_view",
+        "created_at",
+        "updated_at",
+        "finished_at",
+    )
+
+    def get_queryset(self, request: HttpRequest):
+        # The raw source is read only by the download view.
+        return super().get_queryset(request).defer("raw")
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """Reprocess / discard change state: they need the model's change permission."""
+        return request.user.has_perm("inbound_email.change_inboundemail")
+
+    @admin.display(description="Headers")
+    def headers_view(self, obj: InboundEmail) -> str:
+        return _pre(obj.headers_text or "(not read)")
+
+    @admin.display(description="Decoded text")
+    def body_view(self, obj: InboundEmail) -> str:
+        return _pre(obj.body_text or "(empty or not read)")
+
+    @admin.display(description="Last error")
+    def error_view(self, obj: InboundEmail) -> str:
+        return _pre(obj.last_error) if obj.last_error else "—"
+
+    @admin.display(description="Raw source")
+    def raw_link(self, obj: InboundEmail) -> str:
+        url = reverse("admin:inbound_email_inboundemail_raw", args=[obj.pk])
+        return format_html('<a href="{}">Download .eml</a>', url)
+
+    def get_urls(self):
+        raw = path(
+            "<int:pk>/raw/",
+            self.admin_site.admin_view(self.raw_view),
+            name="inbound_email_inboundemail_raw",
+        )
+        return [raw, *super().get_urls()]
+
+    def raw_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        if not self.has_view_permission(request):
+            return HttpResponse(status=403)
+        obj = get_object_or_404(InboundEmail, pk=pk)
+        try:
+            data = inbound_email_raw(inbound_email=obj)
+        except InboundEmailError as exc:
+            return HttpResponse(
+                f"raw source unavailable: {exc}", status=404, content_type="text/plain"
+            )
+        # octet-stream + attachment + nosniff: the browser saves it, never renders it.
+        response = HttpResponse(data, content_type="application/octet-stream")
+        response["Content-Disposition"] = f'attachment; filename="inbound-{obj.pk}.eml"'
+        response["X-Content-Type-Options"] = "nosniff"
+        return response
+
+    def _run(self, request: HttpRequest, queryset, service, verb: str) -> None:
+        done, failed = 0, []
+        for obj in queryset.only("id"):
+            try:
+                service(inbound_email_id=obj.pk)
+                done += 1
+            except InboundEmailError as exc:
+                failed.append(f"#{obj.pk}: {exc}")
+        if done:
+            self.message_user(request, f"{done} mail(s) {verb}.", messages.SUCCESS)
+        for line in failed:
+            self.message_user(request, line, messages.WARNING)
+
+    @admin.action(
+        description="Reprocess (put back in the intake, fresh attempts)",
+        permissions=["operate"],
+    )
+    def reprocess(self, request: HttpRequest, queryset) -> None:
+        self._run(request, queryset, inbound_email_reprocess, "queued for reprocessing")
+
+    @admin.action(description="Discard (delete stored copies for good)", permissions=["operate"])
+    def discard(self, request: HttpRequest, queryset) -> None:
+        self._run(request, queryset, inbound_email_discard, "discarded")
+
+
+@admin.register(Reply)
+class ReplyAdmin(ReadOnlyAdmin):
+    list_display = (
+        "id",
+        "notification",
+        "rating",
+        "relay_status",
+        "relay_attempts",
+        "needs_operator",
+        "created_at",
+    )
+    list_filter = ("relay_status", "needs_operator")
+    readonly_fields = [f.name for f in Reply._meta.fields]

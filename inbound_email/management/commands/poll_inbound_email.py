@@ -1,0 +1,33 @@
+"""`manage.py poll_inbound_email [--once]`: the poller the qcluster schedule runs, by hand."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from inbound_email.poller import poll_once
+
+
+class Command(BaseCommand):
+    help = "Poll the inbound mail store (S3 or folder) and handle replies."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--once", action="store_true", help="One bounded pass, then exit.")
+        parser.add_argument("--limit", type=int, default=None, help="Max objects handled per pass.")
+        parser.add_argument(
+            "--interval",
+            type=float,
+            default=settings.INBOUND_EMAIL_POLL_INTERVAL,
+            help="Seconds between passes without --once.",
+        )
+
+    def handle(self, *args, once: bool, limit: int | None, interval: float, **options) -> None:
+        while True:
+            summary = poll_once(limit=limit)
+            self.stdout.write(json.dumps(summary.as_dict(), sort_keys=True))
+            if once:
+                return
+            time.sleep(interval)

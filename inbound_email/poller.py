@@ -1,0 +1,111 @@
+"""The poll loop: list the intake page by page, hand each object to the per-object service.
+
+A run is bounded (INBOUND_EMAIL_MAX_PER_RUN objects handled) and never stopped by one object:
+`inbound_email_handle` records every error on the object's row. Two pollers at once are safe:
+rows are created with INSERT .. ON CONFLICT DO NOTHING and claimed with FOR UPDATE SKIP LOCKED.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.utils import timezone
+
+from inbound_email.exceptions import StoreError
+from inbound_email.models import InboundEmail
+from inbound_email.services import (
+    inbound_email_finalize,
+    inbound_email_handle,
+    inbound_email_register,
+    reply_relay_sweep,
+)
+from inbound_email.stores import MailStore, default_store
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PollSummary:
+    listed: int = 0
+    handled: int = 0
+    outcomes: Counter = field(default_factory=Counter)
+    seconds: float = 0.0
+    limit_reached: bool = False
+    list_error: str = ""
+
+    def as_dict(self) -> dict:
+        return {
+            "listed": self.listed,
+            "handled": self.handled,
+            "outcomes": dict(self.outcomes),
+            "seconds": round(self.seconds, 3),
+            "limit_reached": self.limit_reached,
+            "list_error": self.list_error,
+        }
+
+
+def poll_once(*, store: MailStore | None = None, limit: int | None = None) -> PollSummary:
+    """One bounded pass over the intake."""
+    store = store or default_store()
+    limit = limit or settings.INBOUND_EMAIL_MAX_PER_RUN
+    summary = PollSummary()
+    started = time.monotonic()
+    try:
+        for page in store.list():
+            summary.listed += len(page)
+            if not page:
+                continue
+            rows = inbound_email_register(objects=page)
+            now = timezone.now()
+            finished: list[int] = []  # store clean-up after the outcomes committed
+            for obj in page:
+                row = rows.get(obj.key)
+                if row is None:
+                    continue
+                if row.status == InboundEmail.Status.RECEIVED:
+                    if row.next_attempt_at and row.next_attempt_at > now:
+                        summary.outcomes["not_due"] += 1
+                        continue
+                    outcome = inbound_email_handle(inbound_email_id=row.pk, store=store)
+                    if outcome is None:
+                        summary.outcomes["skipped"] += 1
+                        continue
+                    summary.handled += 1
+                    summary.outcomes[outcome.label] += 1
+                    finished.append(row.pk)
+                elif row.status == InboundEmail.Status.AWAITING_RELAY:
+                    summary.outcomes["awaiting_relay"] += 1
+                else:
+                    summary.outcomes["cleaned_up"] += 1  # handled before; still in the intake
+                    finished.append(row.pk)
+                if summary.handled >= limit:
+                    summary.limit_reached = True
+                    break
+            inbound_email_finalize(ids=finished, store=store)
+            if summary.limit_reached:
+                break
+    except StoreError as exc:
+        summary.list_error = str(exc)
+        logger.error(
+            "listing %s failed: %s",
+            store.description,
+            exc,
+            extra={"action": "inbound_list_failed"},
+        )
+    requeued = reply_relay_sweep()
+    if requeued:
+        summary.outcomes["relay_requeued"] = requeued
+    summary.seconds = time.monotonic() - started
+    logger.info(
+        "inbound poll: %s listed, %s handled in %.2fs %s",
+        summary.listed,
+        summary.handled,
+        summary.seconds,
+        dict(summary.outcomes),
+        extra={"action": "inbound_poll", "sweep": "inbound_email"},
+    )
+    return summary

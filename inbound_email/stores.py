@@ -1,0 +1,293 @@
+"""Mail stores: where SES drops raw mail. One interface, two adapters (S3, a local folder).
+
+The poller only lists, reads, moves to quarantine and deletes; it never knows which store it
+talks to. Listing is paginated (the old poller read one page of 50 keys, COR-19) and skips
+SES's setup-notification object, folder placeholder keys and the quarantine prefix.
+Every adapter error becomes a StoreError that says whether a retry could help.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from django.conf import settings
+
+from inbound_email.exceptions import InvalidStoreUrl, StoreError, StoreNotFound
+
+SES_SETUP_KEY = "AMAZON_SES_SETUP_NOTIFICATION"
+_TRANSIENT_S3_CODES = {
+    "SlowDown",
+    "Throttling",
+    "ThrottlingException",
+    "RequestTimeout",
+    "RequestTimeTooSkewed",
+    "InternalError",
+    "ServiceUnavailable",
+    "503",
+    "500",
+}
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    key: str
+    size: int
+    etag: str
+
+
+class MailStore(Protocol):
+    description: str
+
+    def list(self) -> Iterator[list[StoredObject]]:
+        """Pages of intake objects (at most 1,000 per page), in key order."""
+
+    def get(self, key: str) -> bytes: ...
+
+    def put(self, key: str, data: bytes) -> None: ...
+
+    def quarantine(self, key: str) -> str:
+        """Copy the object to the quarantine prefix and return its quarantine key."""
+
+    def get_quarantined(self, quarantine_key: str) -> bytes: ...
+
+    def delete(self, key: str) -> None:
+        """Delete an intake (or quarantine) object; deleting a missing object is not an error."""
+
+    def delete_many(self, keys: list[str]) -> dict[str, str]:
+        """Delete several objects; return {key: error} for those that failed."""
+
+    def exists(self, key: str) -> bool: ...
+
+
+def _skip(key: str, quarantine_prefix: str) -> bool:
+    name = PurePosixPath(key).name
+    return (
+        key.endswith("/")
+        or name == SES_SETUP_KEY
+        or name.startswith(".")
+        or (bool(quarantine_prefix) and key.startswith(quarantine_prefix))
+    )
+
+
+class S3Store:
+    """s3://bucket/prefix through boto3 (credentials, region, AWS_ENDPOINT_URL from the env)."""
+
+    def __init__(self, bucket: str, prefix: str, quarantine_prefix: str, client=None) -> None:
+        import boto3
+
+        self.bucket = bucket
+        self.prefix = prefix
+        self.quarantine_prefix = quarantine_prefix
+        self.client = client or boto3.client("s3")
+        self.description = f"s3://{bucket}/{prefix}"
+
+    def _error(self, exc: Exception, key: str) -> StoreError:
+        from botocore.exceptions import ClientError
+
+        if isinstance(exc, ClientError):
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in {"NoSuchKey", "404", "NotFound"}:
+                return StoreNotFound(f"{self.description}: {key} not found")
+            return StoreError(f"S3 {code} on {key}: {exc}", transient=code in _TRANSIENT_S3_CODES)
+        return StoreError(f"S3 error on {key}: {exc}", transient=True)
+
+    def _call(self, key: str, fn, **kwargs):
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return fn(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, key) from exc
+
+    def list(self) -> Iterator[list[StoredObject]]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = paginator.paginate(
+            Bucket=self.bucket, Prefix=self.prefix, PaginationConfig={"PageSize": 1000}
+        )
+        try:
+            for page in pages:
+                yield [
+                    StoredObject(o["Key"], int(o.get("Size", 0)), str(o.get("ETag", "")).strip('"'))
+                    for o in page.get("Contents", [])
+                    if not _skip(o["Key"], self.quarantine_prefix)
+                ]
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, self.prefix) from exc
+
+    def get(self, key: str) -> bytes:
+        from botocore.exceptions import BotoCoreError
+
+        response = self._call(key, self.client.get_object, Bucket=self.bucket, Key=key)
+        try:
+            return response["Body"].read()
+        except (BotoCoreError, OSError) as exc:
+            raise StoreError(f"S3 read of {key} failed: {exc}", transient=True) from exc
+
+    get_quarantined = get
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call(key, self.client.put_object, Bucket=self.bucket, Key=key, Body=data)
+
+    def quarantine(self, key: str) -> str:
+        target = self.quarantine_prefix + key
+        self._call(
+            key,
+            self.client.copy_object,
+            Bucket=self.bucket,
+            Key=target,
+            CopySource={"Bucket": self.bucket, "Key": key},
+        )
+        return target
+
+    def delete(self, key: str) -> None:
+        self._call(key, self.client.delete_object, Bucket=self.bucket, Key=key)
+
+    def delete_many(self, keys: list[str]) -> dict[str, str]:
+        failed: dict[str, str] = {}
+        for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1,000 keys
+            chunk = keys[start : start + 1000]
+            response = self._call(
+                chunk[0],
+                self.client.delete_objects,
+                Bucket=self.bucket,
+                Delete={"Objects": [{"Key": k} for k in chunk], "Quiet": True},
+            )
+            for error in response.get("Errors", []):
+                failed[error.get("Key", "")] = f"{error.get('Code')}: {error.get('Message')}"
+        return failed
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._call(key, self.client.head_object, Bucket=self.bucket, Key=key)
+        except StoreNotFound:
+            return False
+        return True
+
+
+class FolderStore:
+    """A local folder: the embedded default. Keys are paths relative to the folder.
+
+    Writers should write to a dot-file and rename it, so a half-written file is never listed.
+    """
+
+    def __init__(self, root: Path, quarantine_prefix: str) -> None:
+        self.root = Path(root)
+        self.quarantine_prefix = quarantine_prefix.strip("/") + "/" if quarantine_prefix else ""
+        self.description = str(self.root)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / key).resolve()
+        if self.root.resolve() not in path.parents:
+            raise StoreError(f"key {key!r} escapes the mail folder", transient=False)
+        return path
+
+    def list(self) -> Iterator[list[StoredObject]]:
+        if not self.root.is_dir():
+            return
+        page: list[StoredObject] = []
+        try:
+            for dirpath, dirnames, filenames in os.walk(self.root):
+                dirnames.sort()
+                for name in sorted(filenames):
+                    path = Path(dirpath) / name
+                    key = path.relative_to(self.root).as_posix()
+                    if _skip(key, self.quarantine_prefix):
+                        continue
+                    try:
+                        stat = path.stat()
+                    except FileNotFoundError:
+                        continue  # handled and deleted by another poller meanwhile
+                    page.append(
+                        StoredObject(key, stat.st_size, f"{stat.st_mtime_ns}-{stat.st_size}")
+                    )
+                    if len(page) == 1000:
+                        yield page
+                        page = []
+        except OSError as exc:
+            raise StoreError(f"listing {self.root} failed: {exc}", transient=True) from exc
+        if page:
+            yield page
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError as exc:
+            raise StoreNotFound(f"{key} not found in {self.root}") from exc
+        except OSError as exc:
+            raise StoreError(f"reading {key} failed: {exc}", transient=True) from exc
+
+    get_quarantined = get
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise StoreError(f"writing {key} failed: {exc}", transient=True) from exc
+
+    def quarantine(self, key: str) -> str:
+        target = self.quarantine_prefix + key
+        self.put(target, self.get(key))
+        return target
+
+    def delete(self, key: str) -> None:
+        try:
+            self._path(key).unlink(missing_ok=True)
+        except OSError as exc:
+            raise StoreError(f"deleting {key} failed: {exc}", transient=True) from exc
+
+    def delete_many(self, keys: list[str]) -> dict[str, str]:
+        failed: dict[str, str] = {}
+        for key in keys:
+            try:
+                self.delete(key)
+            except StoreError as exc:
+                failed[key] = str(exc)
+        return failed
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+
+def store_from_url(url: str | None = None) -> MailStore:
+    """The store named by INBOUND_EMAIL_STORE: s3://bucket/prefix or a folder path."""
+    url = url if url is not None else settings.INBOUND_EMAIL_STORE
+    quarantine_prefix = settings.INBOUND_EMAIL_QUARANTINE_PREFIX
+    if url.startswith("s3://"):
+        bucket, _, prefix = url[len("s3://") :].partition("/")
+        if not bucket:
+            raise InvalidStoreUrl(f"INBOUND_EMAIL_STORE={url!r}: use s3://bucket/prefix")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        return S3Store(bucket, prefix, quarantine_prefix)
+    if "://" in url:
+        raise InvalidStoreUrl(f"INBOUND_EMAIL_STORE={url!r}: use s3://bucket/prefix or a folder")
+    return FolderStore(Path(url), quarantine_prefix)
+
+
+_default_cache: dict[tuple[str, str], MailStore] = {}
+
+
+def default_store() -> MailStore:
+    """The configured store, built once per process (a boto3 client is costly to create)."""
+    cache_key = (settings.INBOUND_EMAIL_STORE, settings.INBOUND_EMAIL_QUARANTINE_PREFIX)
+    store = _default_cache.get(cache_key)
+    if store is None:
+        store = _default_cache[cache_key] = store_from_url()
+    return store
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,10 @@
+"""Functions the qcluster schedules call (paths in ops/schedules.py)."""
+
+from __future__ import annotations
+
+from inbound_email.poller import poll_once
+
+
+def poll_inbound_email() -> dict:
+    """One bounded poll of the intake; the summary is stored as the task's result."""
+    return poll_once().as_dict()

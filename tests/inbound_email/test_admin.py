@@ -1,0 +1,108 @@
+"""Admin: quarantined mail shown escaped, raw source downloadable, actions call services."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from inbound_email.models import InboundEmail
+from inbound_email.poller import poll_once
+from tests.inbound_email.conftest import FlakyStore, build_mail
+
+pytestmark = pytest.mark.django_db
+
+HOSTILE = "Rating: 4\n<script>alert(1)</script><img src=http://tracker.example/p.gif>"
+
+
+@pytest.fixture
+def quarantined(folder_store, notification) -> InboundEmail:
+    folder_store.put("q", build_mail(token=notification.token, body=HOSTILE))
+    poll_once(store=FlakyStore(folder_store, failing={"q": False}))  # a permanent error
+    row = InboundEmail.objects.get()
+    assert row.status == "quarantined" and row.quarantine_key == "quarantine/q"
+    return row
+
+
+@pytest.fixture
+def rejected(folder_store, notification) -> InboundEmail:
+    mail = build_mail(
+        token=notification.token,
+        sender="mallory@evil.example",
+        subject="<b>hi</b>",
+        body=HOSTILE,
+    )
+    folder_store.put("r", mail)
+    poll_once()
+    return InboundEmail.objects.get(store_key="r")
+
+
+def test_changelist_filters_by_status(admin_client, quarantined):
+    url = reverse("admin:inbound_email_inboundemail_changelist")
+    response = admin_client.get(url, {"status__exact": "quarantined"})
+    assert response.status_code == 200
+    assert "q" in response.content.decode()
+    empty = admin_client.get(url, {"status__exact": "processed"})
+    assert "0 inbound emails" in empty.content.decode()
+
+
+def test_mail_is_shown_escaped(admin_client, rejected):
+    url = reverse("admin:inbound_email_inboundemail_change", args=[rejected.pk])
+    html = admin_client.get(url).content.decode()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script>alert(1)" not in html
+    assert "<img src=http://tracker.example" not in html
+    assert "&lt;b&gt;hi&lt;/b&gt;" in html
+    assert "sender_mismatch" in html or "Sender is not the notified address" in html
+
+
+def test_quarantined_mail_shows_reason_and_traceback(admin_client, quarantined):
+    url = reverse("admin:inbound_email_inboundemail_change", args=[quarantined.pk])
+    html = admin_client.get(url).content.decode()
+    assert "simulated failure on q" in html and "Traceback" in html
+
+
+def test_raw_source_is_downloaded_not_rendered(admin_client, quarantined, folder_store):
+    url = reverse("admin:inbound_email_inboundemail_raw", args=[quarantined.pk])
+    response = admin_client.get(url)
+    assert response.status_code == 200
+    assert response["Content-Type"] == "application/octet-stream"
+    assert response["Content-Disposition"].startswith("attachment;")
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response.content == folder_store.get("quarantine/q")
+
+
+def test_reprocess_action_puts_the_mail_back_and_the_next_poll_handles_it(
+    admin_client, quarantined, folder_store
+):
+    url = reverse("admin:inbound_email_inboundemail_changelist")
+    admin_client.post(url, {"action": "reprocess", "_selected_action": [quarantined.pk]})
+    quarantined.refresh_from_db()
+    assert (quarantined.status, quarantined.attempts) == ("received", 0)
+    assert folder_store.exists("q")
+
+    poll_once()  # the real store this time
+
+    quarantined.refresh_from_db()
+    assert quarantined.status == "awaiting_relay"  # accepted; its instruction is being relayed
+    assert quarantined.reply.rating == 4
+
+
+def test_discard_action_drops_the_stored_copy(admin_client, quarantined, folder_store):
+    url = reverse("admin:inbound_email_inboundemail_changelist")
+    admin_client.post(url, {"action": "discard", "_selected_action": [quarantined.pk]})
+    quarantined.refresh_from_db()
+    assert quarantined.status == "discarded" and quarantined.raw is None
+    assert not folder_store.exists("quarantine/q")
+
+
+def test_processed_mail_cannot_be_reprocessed(admin_client, folder_store, notification):
+    folder_store.put("p", build_mail(token=notification.token, body="5"))
+    poll_once()
+    row = InboundEmail.objects.get()
+    url = reverse("admin:inbound_email_inboundemail_changelist")
+    response = admin_client.post(
+        url, {"action": "reprocess", "_selected_action": [row.pk]}, follow=True
+    )
+    assert "only quarantined or rejected" in response.content.decode()
+    row.refresh_from_db()
+    assert row.status == "processed"

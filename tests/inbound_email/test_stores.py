@@ -1,0 +1,98 @@
+"""Mail stores: listing rules, quarantine moves, error classification, configuration."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from inbound_email.exceptions import InvalidStoreUrl, StoreError
+from inbound_email.models import InboundEmail
+from inbound_email.stores import FolderStore, S3Store, store_from_url
+from tests.inbound_email.conftest import BUCKET, PREFIX, build_mail
+from tests.support.processes import child_env, manage_py
+
+
+def keys(store) -> list[str]:
+    return [o.key for page in store.list() for o in page]
+
+
+def test_folder_store_lists_only_intake_mail(folder_store):
+    for key in ["b", "a", "sub/c", ".incoming-partial", "AMAZON_SES_SETUP_NOTIFICATION"]:
+        folder_store.put(key, b"x")
+    folder_store.quarantine("a")
+    assert keys(folder_store) == ["a", "b", "sub/c"]
+    assert folder_store.get_quarantined("quarantine/a") == b"x"
+    folder_store.delete("a")
+    folder_store.delete("a")  # deleting twice is fine
+    assert keys(folder_store) == ["b", "sub/c"]
+
+
+def test_folder_store_refuses_keys_outside_its_folder(folder_store):
+    with pytest.raises(StoreError):
+        folder_store.get("../etc/passwd")
+
+
+def test_s3_store_lists_pages_and_quarantines(s3_store):
+    client = boto3.client("s3")
+    for key in ["m1", "m2", "AMAZON_SES_SETUP_NOTIFICATION", "folder/"]:
+        client.put_object(Bucket=BUCKET, Key=PREFIX + key, Body=b"mail")
+    client.put_object(Bucket=BUCKET, Key="elsewhere/m3", Body=b"mail")
+    assert keys(s3_store) == [PREFIX + "m1", PREFIX + "m2"]
+    target = s3_store.quarantine(PREFIX + "m1")
+    assert target == "quarantine/" + PREFIX + "m1"
+    assert s3_store.get_quarantined(target) == b"mail"
+    assert s3_store.delete_many([PREFIX + "m1", PREFIX + "m2"]) == {}
+    assert keys(s3_store) == []
+
+
+def test_s3_missing_bucket_is_a_store_error(s3_store):
+    store = S3Store("no-such-bucket", "", "quarantine/")
+    with pytest.raises(StoreError):
+        keys(store)
+
+
+@pytest.mark.parametrize("url", ["s3://", "https://bucket/x"])
+def test_invalid_store_urls(url):
+    with pytest.raises(InvalidStoreUrl):
+        store_from_url(url)
+
+
+def test_store_from_url(settings, tmp_path):
+    store = store_from_url("s3://bucket/in/coming")
+    assert (store.bucket, store.prefix) == ("bucket", "in/coming/")
+    assert isinstance(store_from_url(str(tmp_path)), FolderStore)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_poll_command_against_moto_server_mode(aws_env, notification):
+    """AWS_ENDPOINT_URL from the environment reaches boto3 (moto's server mode here)."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket=BUCKET)
+        client.put_object(
+            Bucket=BUCKET, Key=PREFIX + "m", Body=build_mail(token=notification.token, body="5")
+        )
+        result = manage_py(
+            "poll_inbound_email",
+            "--once",
+            env=child_env(
+                INBOUND_EMAIL_STORE=f"s3://{BUCKET}/{PREFIX}",
+                AWS_ENDPOINT_URL=endpoint,
+                JOBS_WAKE_ON_COMMIT="false",
+            ),
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout.strip().splitlines()[-1])["handled"] == 1
+        assert InboundEmail.objects.get().status == "processed"
+        assert client.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
+    finally:
+        server.stop()
