@@ -14,8 +14,9 @@ from django.db.models import Q
 
 
 def new_reply_token() -> str:
-    """256 random bits, URL-safe, so it fits a plus-address (reply+TOKEN@domain)."""
-    return secrets.token_hex(32)
+    """128 random bits as 32 hex digits: unguessable, and short enough that the plus-address
+    (replies+TOKEN@domain) keeps its local part within RFC 5321's 64 octets."""
+    return secrets.token_hex(16)
 
 
 class Proposal(models.Model):
@@ -60,6 +61,14 @@ class NotificationPreference(models.Model):
     downgraded_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(rung__in=["immediate", "daily", "weekly", "paused"]),
+                name="notification_preference_rung_valid",
+            ),
+        ]
+
     def __str__(self) -> str:
         return f"{self.user} ({self.rung})"
 
@@ -96,6 +105,9 @@ class EmailNotification(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
     claimed_at = models.DateTimeField(null=True, blank=True)
+    retry_after = models.DateTimeField(
+        null=True, blank=True, help_text="A pending row is not claimed again before this time."
+    )
     sent_at = models.DateTimeField(null=True, blank=True)
     ses_message_id = models.CharField(max_length=200, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -108,6 +120,7 @@ class EmailNotification(models.Model):
             models.Index(fields=["status", "expires_at"]),
             models.Index(fields=["kind", "status"]),
             models.Index(fields=["user", "status"]),
+            models.Index(fields=["user", "kind", "-sent_at"], name="notif_user_kind_sent_idx"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -124,6 +137,25 @@ class EmailNotification(models.Model):
                 condition=~Q(status__in=["sent", "responded", "expired"])
                 | (~Q(ses_message_id="") & Q(sent_at__isnull=False)),
                 name="sent_notification_has_message_id",
+            ),
+            models.UniqueConstraint(
+                fields=["user"],
+                condition=Q(kind="digest", status__in=["pending", "sending"]),
+                name="one_unsent_digest_per_user",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="sending") | Q(claimed_at__isnull=False),
+                name="sending_notification_has_claimed_at",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="responded") | Q(responded_at__isnull=False),
+                name="responded_notification_has_responded_at",
+            ),
+            models.CheckConstraint(
+                condition=Q(
+                    status__in=["pending", "sending", "sent", "responded", "expired", "failed"]
+                ),
+                name="notification_status_valid",
             ),
         ]
 

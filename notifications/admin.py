@@ -1,0 +1,63 @@
+"""Admin: notification rows are read-only; preferences change only through service actions."""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from notifications import services
+from notifications.models import EmailNotification, NotificationPreference, Proposal
+
+
+@admin.register(Proposal)
+class ProposalAdmin(admin.ModelAdmin):
+    list_display = ("id", "title", "pi", "status", "created_at")
+    list_filter = ("status",)
+    search_fields = ("title",)
+    raw_id_fields = ("pi",)
+
+
+@admin.register(EmailNotification)
+class EmailNotificationAdmin(admin.ModelAdmin):
+    list_display = ("id", "kind", "status", "user", "proposal", "attempts", "sent_at", "expires_at")
+    list_filter = ("status", "kind")
+    list_select_related = ("user", "proposal")
+    search_fields = ("ses_message_id",)
+    date_hierarchy = "created_at"
+    actions = ["retry_failed"]
+
+    @admin.action(description="Retry sending (failed rows only)")
+    def retry_failed(self, request: HttpRequest, queryset: QuerySet[EmailNotification]):
+        ids = list(queryset.filter(status="failed").values_list("pk", flat=True))
+        for notification_id in ids:
+            services.notification_retry_failed(notification_id=notification_id)
+        self.message_user(request, f"Queued {len(ids)} failed notification(s) again.")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: EmailNotification | None = None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(NotificationPreference)
+class NotificationPreferenceAdmin(admin.ModelAdmin):
+    list_display = ("user", "rung", "consecutive_missed", "downgraded_at", "updated_at")
+    list_filter = ("rung",)
+    list_select_related = ("user",)
+    readonly_fields = ("user", "rung", "consecutive_missed", "downgraded_at", "updated_at")
+    actions = ["restore_rung"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.action(description="Restore rung (back to immediate, missed count reset)")
+    def restore_rung(self, request: HttpRequest, queryset: QuerySet[NotificationPreference]):
+        user_ids = list(queryset.values_list("user_id", flat=True))
+        for user_id in user_ids:
+            services.preference_restore_rung(user_id=user_id)
+        self.message_user(request, f"Restored {len(user_ids)} user(s).", messages.SUCCESS)

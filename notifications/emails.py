@@ -1,0 +1,63 @@
+"""Rendering notification mail from Django templates (plain text + HTML).
+
+Everything a template needs travels in the Delivery built by the sweep from rows it already
+loaded, so rendering costs no query.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from urllib.parse import quote
+
+from django.conf import settings
+from django.template.loader import render_to_string
+
+from notifications.mail import OutgoingEmail
+from notifications.reply_address import reply_address_for
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One claimed row on its way to the mail service."""
+
+    notification_id: int
+    kind: str
+    token: str
+    to_address: str
+    user_id: int
+    recipient_name: str
+    claimed_at: datetime
+    attempt: int
+    proposal_title: str = ""
+    digest_titles: tuple[str, ...] = ()
+
+
+def unsubscribe_header(token: str) -> str:
+    """RFC 2369 List-Unsubscribe: a mail to the reply address with subject "unsubscribe"."""
+    return f"<mailto:{reply_address_for(token)}?subject={quote('unsubscribe')}>"
+
+
+def render_notification_email(delivery: Delivery, *, expires_at: datetime) -> OutgoingEmail:
+    context = {
+        "name": delivery.recipient_name,
+        "proposal_title": delivery.proposal_title,
+        "digest_titles": delivery.digest_titles,
+        "expires_at": expires_at,
+        "reply_address": reply_address_for(delivery.token),
+    }
+    base = f"notifications/email/{delivery.kind}"
+    subject = " ".join(render_to_string(f"{base}_subject.txt", context).split())
+    return OutgoingEmail(
+        to=delivery.to_address,
+        subject=subject,
+        text=render_to_string(f"{base}.txt", context),
+        html=render_to_string(f"{base}.html", context),
+        reply_to=reply_address_for(delivery.token),
+        from_email=settings.DEFAULT_FROM_EMAIL,
+        headers={
+            "List-Unsubscribe": unsubscribe_header(delivery.token),
+            "Auto-Submitted": "auto-generated",
+            "X-Notification-Kind": delivery.kind,
+        },
+    )

@@ -1,0 +1,120 @@
+"""Reads of the sweeps: which users need work, loaded in batches with everything the sweep needs.
+
+One batch costs a fixed number of queries (users + preference by join, their proposals in
+review, their rows of the sweep's kind) whatever its size, so a sweep is O(users / batch)
+queries for reading and never N+1.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+
+from notifications.models import EmailNotification, NotificationPreference, Proposal
+
+Kind = EmailNotification.Kind
+Status = EmailNotification.Status
+Rung = NotificationPreference.Rung
+
+OPEN = [Status.PENDING, Status.SENDING, Status.SENT]
+
+
+def _rows_of_kind(kind: str) -> QuerySet[EmailNotification]:
+    """The rows of one kind a sweep must see for a user: open ones and, per kind, history."""
+    rows = EmailNotification.objects.filter(kind=kind)
+    if kind == Kind.NEW_PROPOSAL:  # one notice per proposal, ever: see them all while in review
+        rows = rows.filter(Q(status__in=OPEN) | Q(proposal__status=Proposal.Status.IN_REVIEW))
+    elif kind == Kind.PROPOSAL_REVIEW:
+        # Answered proposals are not asked again; nor are those whose request failed for good
+        # (an operator retries it from the admin) - else a bad address would loop forever.
+        rows = rows.filter(
+            Q(status__in=OPEN)
+            | Q(
+                status__in=[Status.RESPONDED, Status.FAILED],
+                proposal__status=Proposal.Status.IN_REVIEW,
+            )
+        )
+    else:
+        rows = rows.filter(status__in=OPEN)
+    return rows.only(
+        "id",
+        "user_id",
+        "kind",
+        "proposal_id",
+        "status",
+        "attempts",
+        "retry_after",
+        "expires_at",
+        "token",
+    ).order_by("pk")
+
+
+def sweep_candidates(*, kind: str, now: datetime) -> QuerySet[AbstractBaseUser]:
+    """Users this sweep may have to act for (a superset; the planner decides)."""
+    users = get_user_model().objects.all()
+    needs_work = EmailNotification.objects.filter(kind=kind).filter(
+        Q(status=Status.PENDING) | Q(status=Status.SENT, expires_at__lte=now)
+    )
+    condition = Q(pk__in=needs_work.values("user_id"))
+    in_review = Proposal.objects.filter(status=Proposal.Status.IN_REVIEW)
+    if kind == Kind.NEW_PROPOSAL:
+        noticed = EmailNotification.objects.filter(
+            kind=kind, proposal=OuterRef("pk"), user=OuterRef("pi")
+        )
+        # Digest-rung users read new proposals in their digest; paused users get nothing.
+        fresh = in_review.exclude(Exists(noticed)).exclude(
+            pi__notification_preference__rung__in=[Rung.DAILY, Rung.WEEKLY, Rung.PAUSED]
+        )
+        condition |= Q(pk__in=fresh.values("pi_id"))
+    elif kind == Kind.PROPOSAL_REVIEW:
+        asked = EmailNotification.objects.filter(
+            kind=kind,
+            proposal=OuterRef("pk"),
+            user=OuterRef("pi"),
+            status__in=[*OPEN, Status.RESPONDED, Status.FAILED],
+        )
+        fresh = in_review.exclude(Exists(asked)).exclude(
+            pi__notification_preference__rung=Rung.PAUSED
+        )
+        condition |= Q(pk__in=fresh.values("pi_id"))
+    else:
+        condition |= Q(
+            pk__in=in_review.values("pi_id"),
+            notification_preference__rung__in=[Rung.DAILY, Rung.WEEKLY],
+        )
+    return users.filter(condition)
+
+
+def sweep_user_batch(
+    *, kind: str, now: datetime, after_id: int, limit: int
+) -> list[AbstractBaseUser]:
+    """The next `limit` candidate users after `after_id` (keyset pagination), fully loaded.
+
+    Each user carries: `notification_preference` (joined; may be missing: defaults apply),
+    `proposals_in_review`, `kind_rows` (see _rows_of_kind) and `last_sent_at` (of this kind).
+    """
+    last_sent = (
+        EmailNotification.objects.filter(user=OuterRef("pk"), kind=kind, sent_at__isnull=False)
+        .order_by("-sent_at")
+        .values("sent_at")[:1]
+    )
+    return list(
+        sweep_candidates(kind=kind, now=now)
+        .filter(pk__gt=after_id)
+        .order_by("pk")
+        .select_related("notification_preference")
+        .annotate(last_sent_at=Subquery(last_sent))
+        .prefetch_related(
+            Prefetch(
+                "proposals",
+                queryset=Proposal.objects.filter(status=Proposal.Status.IN_REVIEW)
+                .only("id", "pi_id", "title", "created_at")
+                .order_by("created_at", "pk"),
+                to_attr="proposals_in_review",
+            ),
+            Prefetch("email_notifications", queryset=_rows_of_kind(kind), to_attr="kind_rows"),
+        )[:limit]
+    )

@@ -1,0 +1,81 @@
+"""Fixtures of the notification tests: PIs with proposals in review, SES through moto."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from django.contrib.auth import get_user_model
+from model_bakery import baker
+from moto import mock_aws
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.ses.models import ses_backends
+
+from notifications.models import NotificationPreference, Proposal
+
+REGION = "us-east-1"
+SENDER_ADDRESS = "assistant@localhost"  # DEFAULT_FROM_EMAIL's address
+
+
+@dataclass
+class MotoSes:
+    client: Any
+
+    def verify_sender(self) -> None:
+        self.client.verify_email_identity(EmailAddress=SENDER_ADDRESS)
+
+    @property
+    def messages(self) -> list[Any]:
+        return list(ses_backends[DEFAULT_ACCOUNT_ID][REGION].sent_messages)
+
+    def recipients(self) -> list[str]:
+        """One entry per accepted message: its envelope recipient."""
+        return [message.destinations[0] for message in self.messages]
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SES", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def ses_unverified(aws_env: None, settings: Any) -> Iterator[MotoSes]:
+    """SES (moto) on which our sender identity is not verified: SES rejects every send."""
+    settings.EMAIL_SENDER = "ses"
+    settings.SES_REGION = REGION
+    with mock_aws():
+        yield MotoSes(boto3.client("ses", region_name=REGION))
+
+
+@pytest.fixture
+def ses(ses_unverified: MotoSes) -> MotoSes:
+    """SES (moto) that accepts mail from DEFAULT_FROM_EMAIL."""
+    ses_unverified.verify_sender()
+    return ses_unverified
+
+
+@pytest.fixture
+def make_pi(db: None) -> Callable[..., Any]:
+    """A user with `proposals` proposals in review, on `rung` (None: no preference row yet)."""
+    counter = iter(range(1, 1_000_000))
+
+    def make(*, proposals: int = 1, rung: str | None = None, **user_fields: Any) -> Any:
+        n = next(counter)
+        fields = {"username": f"pi{n}", "email": f"pi{n}@example.org", "is_active": True}
+        user = baker.make(get_user_model(), **{**fields, **user_fields})
+        if rung is not None:
+            baker.make(NotificationPreference, user=user, rung=rung, consecutive_missed=0)
+        for index in range(proposals):
+            baker.make(
+                Proposal, pi=user, title=f"Proposal {n}.{index}", status=Proposal.Status.IN_REVIEW
+            )
+        return user
+
+    return make
