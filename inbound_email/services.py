@@ -37,7 +37,7 @@ from inbound_email.stores import MailStore, StoredObject, sha256_hex
 from notifications.exceptions import NotificationNotOpen
 from notifications.models import EmailNotification
 from notifications.reply_address import token_from_address
-from notifications.services import notification_mark_responded
+from notifications.services import notification_mark_responded, notification_unsubscribe
 
 logger = logging.getLogger(__name__)
 
@@ -279,6 +279,11 @@ def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> Non
             f"notification went to {redact(expected)}",
             now,
         )
+    if mail.subject.strip().lower() == "unsubscribe":
+        # The List-Unsubscribe mailto of our notifications: a request, not an instruction.
+        notification_unsubscribe(token=notification.token)
+        _finish(row, Status.PROCESSED, Reason.NONE, "unsubscribed: notifications paused", now)
+        return None
     recent = Reply.objects.filter(
         notification=notification, created_at__gte=now - timedelta(hours=1)
     ).count()

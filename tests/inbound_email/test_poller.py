@@ -336,3 +336,25 @@ def test_database_error_mid_mail_is_rolled_back_recorded_and_quarantined(
     assert b"BOOM <b>x</b>" in bytes(boom.raw)
     assert InboundEmail.objects.get(store_key="b-fine").status == Status.PROCESSED
     assert summary.outcomes == {"quarantined:permanent_error": 1, "processed": 1}
+
+
+def test_list_unsubscribe_mail_pauses_the_user_and_relays_nothing(folder_store, notification):
+    """The List-Unsubscribe mailto our notifications advertise (subject "unsubscribe") pauses
+    the user; it is not an instruction for the agent."""
+    from notifications.models import NotificationPreference
+
+    folder_store.put("unsub", build_mail(token=notification.token, subject="unsubscribe", body=""))
+    folder_store.put(
+        "spoofed-unsub",
+        build_mail(
+            token=notification.token, subject="unsubscribe", body="", sender="x@evil.example"
+        ),
+    )
+    poll_once()
+    rows = {row.store_key: row for row in InboundEmail.objects.all()}
+    assert rows["unsub"].status == Status.PROCESSED
+    assert rows["unsub"].detail == "unsubscribed: notifications paused"
+    assert rows["spoofed-unsub"].reason == Reason.SENDER_MISMATCH
+    assert NotificationPreference.objects.get(user=notification.user).rung == "paused"
+    assert not Reply.objects.exists()
+    assert run_pending().claimed == 0
