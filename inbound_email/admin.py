@@ -64,33 +64,8 @@ class InboundEmailAdmin(ReadOnlyAdmin):
             },
         ),
     )
-    readonly_fields = (
-        "store_key",
-        "status",
-        "reason",
-        "detail",
-        "attempts",
-        "message_id",
-        "from_address",
-        "to_addresses",
-        "subject",
-        "sent_at",
-        "headers_view",
-        "body_view",
-        "raw_link",
-        "size",
-        "sha256",
-        "etag",
-        "notification",
-        "duplicate_of",
-        "next_attempt_at",
-        "quarantine_key",
-        "intake_deleted",
-        "error_view",
-        "created_at",
-        "updated_at",
-        "finished_at",
-    )
+    # Every field shown is read-only: rows change only through the actions below.
+    readonly_fields = tuple(name for _, section in fieldsets for name in section["fields"])
 
     def get_queryset(self, request: HttpRequest):
         # The raw source is read only by the download view.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from email.message import EmailMessage
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -24,7 +23,7 @@ from inbound_email.stores import store_from_url
 from jobs import enqueue, run_pending
 from jobs.models import Job
 from notifications.models import EmailNotification, NotificationPreference, Proposal
-from notifications.reply_address import reply_address_for
+from ops.sample_mail import reply_mail, unknown_8bit_reply
 from ops.schedules import SCHEDULES
 
 PI_NAMES = ("ada", "grace", "barbara", "frances", "radia", "hedy")
@@ -49,27 +48,6 @@ class DemoReport:
 
     def text(self) -> str:
         return "\n".join(self.lines)
-
-
-def _reply(notification: EmailNotification, body: str, tag: str, **headers: str) -> bytes:
-    message = EmailMessage()
-    message["From"] = headers.pop("From", notification.to_address)
-    message["To"] = reply_address_for(notification.token)
-    message["Subject"] = f"Re: {notification.proposal.title if notification.proposal else 'news'}"
-    message["Message-ID"] = f"<demo-{tag}@{notification.to_address.split('@')[1]}>"
-    for name, value in headers.items():
-        message[name] = value
-    message.set_content(body)
-    return bytes(message)
-
-
-def _unknown_8bit(notification: EmailNotification, tag: str) -> bytes:
-    head = (
-        f"From: {notification.to_address}\r\nTo: {reply_address_for(notification.token)}\r\n"
-        f"Subject: Re: proposal\r\nMessage-ID: <demo-{tag}@example.org>\r\nMIME-Version: 1.0\r\n"
-        "Content-Type: text/plain; charset=unknown-8bit\r\nContent-Transfer-Encoding: 8bit\r\n\r\n"
-    )
-    return head.encode("ascii") + "Rating: 5\r\nMerci, très bien.\r\n".encode("cp1252")
 
 
 def run_demo() -> DemoReport:
@@ -119,17 +97,24 @@ def _run_demo() -> DemoReport:
     # 2. Sample replies, dropped where SES would put them.
     store = store_from_url()
     samples = {
-        "a good rating": _reply(notices[0], "5", f"{tag}-0"),
-        "an instruction": _reply(
-            notices[1], "Rating: 4/5\n\nPlease add the pilot data to aim 2.", f"{tag}-1"
+        "a good rating": reply_mail(notices[0], "5", message_id=f"demo-{tag}-0"),
+        "an instruction": reply_mail(
+            notices[1],
+            "Rating: 4/5\n\nPlease add the pilot data to aim 2.",
+            message_id=f"demo-{tag}-1",
         ),
-        "charset=unknown-8bit": _unknown_8bit(notices[2], f"{tag}-2"),
-        "a string rating": _reply(notices[3], "Rating: excellent", f"{tag}-3"),
-        "an auto-reply": _reply(
-            notices[4], "I am out of the office.", f"{tag}-4", **{"Auto-Submitted": "auto-replied"}
+        "charset=unknown-8bit": unknown_8bit_reply(
+            notices[2], "Rating: 5\nMerci, très bien.\n", message_id=f"demo-{tag}-2"
         ),
-        "a spoofed sender": _reply(
-            notices[5], "Rating: 1", f"{tag}-5", From="mallory@evil.example"
+        "a string rating": reply_mail(notices[3], "Rating: excellent", message_id=f"demo-{tag}-3"),
+        "an auto-reply": reply_mail(
+            notices[4],
+            "I am out of the office.",
+            message_id=f"demo-{tag}-4",
+            **{"Auto-Submitted": "auto-replied"},
+        ),
+        "a spoofed sender": reply_mail(
+            notices[5], "Rating: 1", message_id=f"demo-{tag}-5", From="mallory@evil.example"
         ),
     }
     keys = {}

@@ -16,7 +16,6 @@ import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from email.message import EmailMessage
 from pathlib import Path
 
 import boto3
@@ -33,7 +32,7 @@ from inbound_email.models import InboundEmail
 from jobs import enqueue
 from jobs.models import Job
 from notifications.models import EmailNotification, NotificationPreference, Proposal
-from notifications.reply_address import reply_address_for
+from ops.sample_mail import reply_mail, unknown_8bit_reply
 from tests.support.processes import child_env, spawn_manage_py
 from tests.support.slack_server import SlackServer
 from tests.system.handlers import SYSTEM_RUN_ID
@@ -88,29 +87,6 @@ def _poke_everything() -> None:
         "inbound_email.tasks.poll_inbound_email",
     ):
         async_task(func)
-
-
-def _reply(*, notification: EmailNotification, body: str, n: int, **headers: str) -> bytes:
-    message = EmailMessage()
-    message["From"] = headers.pop("From", notification.to_address)
-    message["To"] = reply_address_for(notification.token)
-    message["Subject"] = "Re: your proposal"
-    message["Message-ID"] = f"<system-{n}@example.org>"
-    for name, value in headers.items():
-        message[name.replace("_", "-")] = value
-    message.set_content(body)
-    return bytes(message)
-
-
-def _unknown_8bit_reply(notification: EmailNotification, n: int) -> bytes:
-    return (
-        f"From: {notification.to_address}\r\n"
-        f"To: {reply_address_for(notification.token)}\r\n"
-        f"Subject: Re: proposal\r\nMessage-ID: <system-{n}@example.org>\r\n"
-        "MIME-Version: 1.0\r\nContent-Type: text/plain; charset=unknown-8bit\r\n"
-        "Content-Transfer-Encoding: 8bit\r\n\r\n"
-        "Rating: 5\r\nGr\xfc\xdfe, the budget looks fine.\r\n"
-    ).encode("latin-1")
 
 
 @pytest.fixture
@@ -233,19 +209,21 @@ def _run_scenario(clusters, s3, ses, slack: SlackServer, tmp_path: Path) -> None
         EmailNotification.objects.filter(kind=EmailNotification.Kind.NEW_PROPOSAL).order_by("id")
     )
     replies = {
-        "instruction-0": _reply(
-            notification=notices[0], body="Rating: 4\n\nPlease shorten the budget <!channel>.", n=0
+        "instruction-0": reply_mail(
+            notices[0], "Rating: 4\n\nPlease shorten the budget <!channel>.", message_id="s0"
         ),
-        "instruction-1": _reply(
-            notification=notices[1], body="Add the pilot study to the aims.", n=1
+        "instruction-1": reply_mail(
+            notices[1], "Add the pilot study to the aims.", message_id="s1"
         ),
-        "unknown-8bit": _unknown_8bit_reply(notices[2], 2),
-        "string-rating": _reply(notification=notices[3], body="Rating: excellent", n=3),
-        "auto-reply": _reply(
-            notification=notices[4], body="I am out of office.", n=4, Auto_Submitted="auto-replied"
+        "unknown-8bit": unknown_8bit_reply(
+            notices[2], "Rating: 5\nGrüße, the budget looks fine.\n", message_id="s2"
         ),
-        "spoofed": _reply(
-            notification=notices[5], body="Rating: 1", n=5, From="mallory@evil.example"
+        "string-rating": reply_mail(notices[3], "Rating: excellent", message_id="s3"),
+        "auto-reply": reply_mail(
+            notices[4], "I am out of office.", message_id="s4", **{"Auto-Submitted": "auto-replied"}
+        ),
+        "spoofed": reply_mail(
+            notices[5], "Rating: 1", message_id="s5", From="mallory@evil.example"
         ),
     }
     for name, raw in replies.items():
