@@ -103,7 +103,7 @@ class JobAdmin(admin.ModelAdmin):
         count = services.jobs_retry_now(jobs=queryset)
         self.message_user(request, f"{count} job(s) queued to run now.", messages.SUCCESS)
 
-    @admin.action(description="Cancel (queued jobs)", permissions=["change"])
+    @admin.action(description="Cancel (queued or failed jobs)", permissions=["change"])
     def cancel(self, request, queryset):
         count = services.jobs_cancel(jobs=queryset)
         self.message_user(request, f"{count} job(s) cancelled.", messages.SUCCESS)

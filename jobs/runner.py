@@ -41,9 +41,9 @@ class RunSummary:
     retried: int = 0
     failed: int = 0
     lost: int = 0  # reaped while running: the reaped state was kept, this attempt rolled back
-    released: int = 0  # claimed but given back unstarted because the worker was stopping
+    released: int = 0  # claimed but given back unstarted: the drain stopped or ran out of time
     seconds: float = 0.0
-    budget_exhausted: bool = False  # stopped claiming because of limit/max_seconds
+    budget_exhausted: bool = False  # stopped because of limit/max_seconds
     errors: list[str] = field(default_factory=list)  # one line per failed attempt
 
     def as_dict(self) -> dict:
@@ -66,8 +66,9 @@ def run_pending(
     stop: threading.Event | None = None,
 ) -> RunSummary:
     """Drain due jobs in this process until none is due, `limit` jobs ran, or `max_seconds`
-    passed (checked before each claim); return what happened. Setting `stop` (e.g. from a
-    SIGTERM handler) ends the drain after the running job; unstarted claims are released.
+    passed (checked before each job: a job is never started after it); return what
+    happened. Reaching `max_seconds` or setting `stop` (e.g. from a SIGTERM handler) ends
+    the drain after the running job; unstarted claims are released, their attempt undone.
 
     Call it outside any transaction (its claims must commit before handlers run).
     """
@@ -81,12 +82,16 @@ def run_pending(
     try:
         with services.drain_scope():
             while stop is None or not stop.is_set():
+                # Before every job, not only before a claim: a batch of slow handlers must
+                # not run the drain past django-q2's timeout (which kills it, and the reaper
+                # would then charge each unstarted claim an attempt). What is left is
+                # released below and picked up by the next drain.
+                if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                    summary.budget_exhausted = True
+                    break
                 if not pending:
                     remaining = None if limit is None else limit - summary.claimed
                     if remaining is not None and remaining <= 0:
-                        summary.budget_exhausted = True
-                        break
-                    if max_seconds is not None and time.monotonic() - started >= max_seconds:
                         summary.budget_exhausted = True
                         break
                     size = batch_size if remaining is None else min(batch_size, remaining)
@@ -97,7 +102,7 @@ def run_pending(
                 _run_one(pending.popleft(), summary)
     finally:
         heartbeat.stop()
-        if pending:  # we are stopping (an interrupt or a database error): give them back
+        if pending:  # deadline, stop request, interrupt or database error: give them back
             try:
                 summary.released = services.job_release(
                     worker=summary.worker, job_ids=[job.id for job in pending]

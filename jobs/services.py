@@ -236,8 +236,9 @@ def job_record_failure(*, job: ClaimedJob, worker: str, exc: BaseException) -> s
 
 
 def job_release(*, worker: str, job_ids: list[int]) -> int:
-    """Give back claimed jobs this worker never started (it is stopping): their attempt is
-    undone, so a graceful shutdown does not burn attempts of a whole batch."""
+    """Give back claimed jobs this worker never started (it is stopping, or its drain ran out
+    of time): their attempt is undone, so neither a graceful shutdown nor a drain deadline
+    burns attempts of a whole batch."""
     if not job_ids:
         return 0
     with transaction.atomic():
@@ -480,9 +481,15 @@ def jobs_retry_now(*, jobs: QuerySet[Job]) -> int:
 
 
 def jobs_cancel(*, jobs: QuerySet[Job]) -> int:
-    """Cancel the given queued jobs (one UPDATE); a running job cannot be cancelled."""
+    """Cancel the given queued or failed jobs (one UPDATE); return how many.
+
+    Cancelling a failed job is how an operator says "stop reporting it, it will not be
+    retried": without it a permanent failure could only be retried (and fail again).
+    `failed_at` and `last_error` stay as history. A running job cannot be cancelled (its
+    worker owns it), a completed one has nothing left to cancel.
+    """
     with transaction.atomic():
-        count = jobs.filter(status=Status.QUEUED).update(
+        count = jobs.filter(status__in=[Status.QUEUED, Status.FAILED]).update(
             status=Status.CANCELLED, cancelled_at=timezone.now()
         )
     logger.info("jobs cancelled: %s", count, extra={"action": "jobs_cancel"})

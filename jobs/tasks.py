@@ -10,8 +10,9 @@ from jobs.runner import run_pending
 
 def run_due_jobs() -> dict:
     """Drain due jobs: called on commit of an enqueue (wake-up) and every minute (retries,
-    anything a lost wake-up missed). Bounded by JOBS_DRAIN_SECONDS so it ends well inside
-    the django-q2 task timeout; what is left is picked up by the next wake-up or minute."""
+    anything a lost wake-up missed). Bounded by JOBS_DRAIN_SECONDS, checked before every
+    job, so it ends well inside the django-q2 task timeout (overrunning by at most the job
+    running); unstarted claims are released, and the next wake-up or minute picks them up."""
     summary = run_pending(max_seconds=settings.JOBS_DRAIN_SECONDS)
     result = summary.as_dict()
     result.pop("errors")  # logged already; the django-q2 result row stays small

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
 from django.utils import timezone
@@ -91,3 +93,61 @@ def test_retry_now_and_cancel_act_on_thousands_of_rows_in_a_few_queries(
     assert Job.objects.filter(status=Job.Status.CANCELLED).count() == 3000
     running.refresh_from_db()
     assert running.status == Job.Status.PROCESSING
+
+
+def test_cancel_applies_to_failed_jobs_so_worker_status_stops_asking_for_action(
+    admin_client, django_assert_max_num_queries
+):
+    """Review defect: cancel only touched queued rows, so a permanently failed job could only
+    be retried (and fail again) and `worker_status` kept reporting it forever. Cancel now
+    takes failed rows too; `failed_at` stays as history."""
+    from ops.status import worker_status
+
+    failed_at = timezone.now() - timedelta(hours=1)
+    baker.make(
+        Job,
+        kind="k",
+        status=Job.Status.FAILED,
+        attempts=3,
+        max_attempts=3,
+        failed_at=failed_at,
+        last_error="RuntimeError: broken",
+        _quantity=2000,
+        _bulk_create=True,
+    )
+    queued = baker.make(Job, kind="k", max_attempts=3)
+    running = baker.make(
+        Job, kind="k", status=Job.Status.PROCESSING, attempts=1, max_attempts=3, locked_by="w"
+    )
+    done = baker.make(
+        Job,
+        kind="k",
+        status=Job.Status.COMPLETED,
+        attempts=1,
+        max_attempts=3,
+        completed_at=timezone.now(),
+    )
+    assert any("failed permanently" in line for line in worker_status().needs_operator)
+
+    with django_assert_max_num_queries(25):
+        response = _action(admin_client, "cancel", status__exact="failed")
+
+    assert "2000 job(s) cancelled." in response.content.decode()
+    cancelled = Job.objects.filter(status=Job.Status.CANCELLED)
+    assert cancelled.count() == 2000
+    assert not cancelled.filter(cancelled_at__isnull=True).exists()
+    assert set(cancelled.values_list("failed_at", "attempts", "last_error")) == {
+        (failed_at, 3, "RuntimeError: broken")
+    }
+    assert not Job.objects.filter(status=Job.Status.FAILED).exists()
+    for job, status in ((queued, "queued"), (running, "processing"), (done, "completed")):
+        job.refresh_from_db()
+        assert job.status == status  # outside the filtered selection / not cancellable
+    assert not any("failed permanently" in line for line in worker_status().needs_operator)
+
+    # a running or completed job is never cancelled, even when selected explicitly
+    response = _action(admin_client, "cancel", ids=[running.pk, done.pk])
+    assert "0 job(s) cancelled." in response.content.decode()
+    running.refresh_from_db()
+    done.refresh_from_db()
+    assert (running.status, done.status) == (Job.Status.PROCESSING, Job.Status.COMPLETED)

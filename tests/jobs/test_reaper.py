@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 from model_bakery import baker
@@ -93,14 +93,42 @@ def test_dry_run_changes_nothing_and_older_than_uses_the_last_heartbeat(capsys):
     call_command("reap_stale", "--dry-run")
     out = capsys.readouterr().out
     assert "would reap 1 job(s)" in out and f"#{orphan.pk} tests.noop" in out
-    call_command("reap_stale", "--dry-run", "--older-than", "2")
+    call_command("reap_stale", "--dry-run", "--older-than", "2", "--force")
     assert "would reap 2 job(s)" in capsys.readouterr().out
     assert list(Job.objects.order_by("pk").values()) == before
 
-    call_command("reap_stale", "--older-than", "2")
+    call_command("reap_stale", "--older-than", "2", "--force")
     assert "reaped 2 job(s)" in capsys.readouterr().out
     recent.refresh_from_db()
     assert recent.status == Job.Status.QUEUED
+
+
+@pytest.mark.django_db
+def test_older_than_below_the_lease_is_refused_without_force(settings, capsys):
+    """Review defect: `reap_stale --older-than S` accepted S below the lease (and the
+    heartbeat interval), then reaped jobs whose worker was alive: their work rolled back
+    and their side effects ran again. Such an S is now refused unless `--force`."""
+    settings.JOBS_LEASE_SECONDS = 30
+    settings.JOBS_HEARTBEAT_SECONDS = 7.5
+    live = _orphan(
+        heartbeat_at=timezone.now() - timedelta(seconds=12),  # one beat late, lease still valid
+        lease_expires_at=timezone.now() + timedelta(seconds=18),
+        locked_by="alive:1:beef",
+    )
+    before = list(Job.objects.values())
+
+    for args in (["--older-than", "10"], ["--older-than", "29.9", "--dry-run"]):
+        with pytest.raises(CommandError, match=r"below JOBS_LEASE_SECONDS=30.*--force"):
+            call_command("reap_stale", *args)
+    assert list(Job.objects.values()) == before
+
+    call_command("reap_stale", "--older-than", "30")  # at the lease: allowed, reaps nothing
+    assert "reaped 0 job(s)" in capsys.readouterr().out
+
+    call_command("reap_stale", "--older-than", "10", "--force")
+    assert "reaped 1 job(s)" in capsys.readouterr().out
+    live.refresh_from_db()
+    assert live.status == Job.Status.QUEUED
 
 
 @pytest.mark.django_db(transaction=True)

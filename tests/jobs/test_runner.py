@@ -165,3 +165,42 @@ def test_failure_logs_redact_email_addresses_but_the_row_keeps_the_detail(caplog
     assert summary.errors == [f"#{job.pk} tests.boom: RuntimeError: bounced: <email>"]
     job.refresh_from_db()
     assert "pi.smith@uni.example.org" in job.last_error  # operators see it in the admin
+
+
+@pytest.mark.django_db
+def test_drain_deadline_is_checked_before_each_job_and_unstarted_claims_are_given_back(
+    settings, tmp_path
+):
+    """Review defect: `max_seconds` was checked only before claiming a batch, so a batch of
+    slow handlers could run past django-q2's Q_TIMEOUT; the cluster then kills the drain
+    and the unstarted claims are reaped later, each losing an attempt. Now the deadline is
+    checked before every job and the unstarted claims are released with their attempt
+    undone. Sleeps bound the count: a job starts only before the 1 s deadline, and each
+    takes ≥ 0.6 s, so at most two of the batch of four can run."""
+    from jobs.tasks import run_due_jobs
+
+    settings.JOBS_DRAIN_SECONDS = 1.0
+    log = tmp_path / "runs.log"
+    before = timezone.now()
+    jobs = [enqueue("tests.log", {"n": n, "log": str(log), "sleep": 0.6}) for n in range(4)]
+
+    result = run_due_jobs()
+
+    assert result["claimed"] == 4  # one batch
+    assert result["completed"] in (1, 2)
+    assert result["released"] == 4 - result["completed"]
+    assert result["budget_exhausted"] is True
+    ran = [int(line.split()[0]) for line in log.read_text().splitlines()]
+    assert len(ran) == result["completed"]  # released jobs never started
+    for job in jobs:
+        job.refresh_from_db()
+        if job.payload["n"] in ran:
+            assert (job.status, job.attempts) == (Job.Status.COMPLETED, 1)
+        else:  # back in the queue as if never claimed: no attempt lost, due now, no owner
+            assert (job.status, job.attempts, job.locked_by) == (Job.Status.QUEUED, 0, "")
+            assert job.run_after <= before + timedelta(seconds=1)
+            assert job.started_at is None and job.lease_expires_at is None
+
+    settings.JOBS_DRAIN_SECONDS = 60
+    assert run_due_jobs()["completed"] == 4 - len(ran)
+    assert set(Job.objects.values_list("status", "attempts")) == {(Job.Status.COMPLETED, 1)}

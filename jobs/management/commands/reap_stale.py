@@ -1,7 +1,8 @@
-"""`manage.py reap_stale [--dry-run] [--older-than S]`: reclaim jobs of dead workers."""
+"""`manage.py reap_stale [--dry-run] [--older-than S [--force]]`: reclaim jobs of dead workers."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.services import jobs_reap_stale
@@ -23,12 +24,37 @@ class Command(BaseCommand):
             type=float,
             default=None,
             metavar="S",
-            help="reap rows whose last heartbeat is older than S seconds (default: lease expiry)",
+            help=(
+                "reap rows whose last heartbeat is older than S seconds (default: lease "
+                "expiry); S below JOBS_LEASE_SECONDS is refused without --force"
+            ),
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help=(
+                "allow --older-than below JOBS_LEASE_SECONDS: also reaps jobs whose worker is "
+                "alive (their work rolls back and runs again)"
+            ),
         )
 
-    def handle(self, *args, dry_run: bool, older_than: float | None, **options):
-        if older_than is not None and older_than < 0:
-            raise CommandError("--older-than must be >= 0 seconds")
+    def handle(
+        self, *args, dry_run: bool, older_than: float | None, force: bool, **options
+    ) -> None:
+        if older_than is not None:
+            if older_than < 0:
+                raise CommandError("--older-than must be >= 0 seconds")
+            lease = settings.JOBS_LEASE_SECONDS
+            # A live worker renews its heartbeat every JOBS_HEARTBEAT_SECONDS; below the lease
+            # a late beat (a busy host, a slow database) would look like a dead worker.
+            if older_than < lease and not force:
+                raise CommandError(
+                    f"--older-than {older_than:g} is below JOBS_LEASE_SECONDS={lease:g}: it "
+                    "would reap jobs whose worker is still alive (heartbeat every "
+                    f"{settings.JOBS_HEARTBEAT_SECONDS:g}s), rolling back their work and "
+                    "repeating their side effects. Use a value >= the lease, or add --force "
+                    "if you know those workers are dead."
+                )
         reaped = jobs_reap_stale(older_than=older_than, dry_run=dry_run)
         verb = "would reap" if dry_run else "reaped"
         self.stdout.write(f"{verb} {len(reaped)} job(s)")
