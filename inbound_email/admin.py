@@ -15,6 +15,7 @@ from inbound_email.services import (
     inbound_email_discard,
     inbound_email_raw,
     inbound_email_reprocess,
+    reply_acknowledge,
 )
 
 
@@ -150,7 +151,30 @@ class ReplyAdmin(ReadOnlyAdmin):
         "relay_status",
         "relay_attempts",
         "needs_operator",
+        "operator_acknowledged_at",
         "created_at",
     )
-    list_filter = ("relay_status", "needs_operator")
+    list_filter = (
+        "relay_status",
+        "needs_operator",
+        ("operator_acknowledged_at", admin.EmptyFieldListFilter),
+    )
     readonly_fields = [f.name for f in Reply._meta.fields]
+    actions = ("acknowledge",)
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        """Acknowledging changes state: it needs the model's change permission."""
+        return request.user.has_perm("inbound_email.change_reply")
+
+    @admin.action(description="Acknowledge (handled by an operator)", permissions=["operate"])
+    def acknowledge(self, request: HttpRequest, queryset) -> None:
+        ids = list(queryset.values_list("pk", flat=True))
+        done = reply_acknowledge(reply_ids=ids)
+        self.message_user(request, f"{done} reply(ies) acknowledged.", messages.SUCCESS)
+        if done < len(ids):
+            self.message_user(
+                request,
+                f"{len(ids) - done} reply(ies) skipped: they need no operator or were "
+                "already acknowledged.",
+                messages.WARNING,
+            )

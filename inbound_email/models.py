@@ -37,6 +37,8 @@ class InboundEmail(models.Model):
         RATE_LIMITED = "rate_limited", "Too many replies for this token this hour"
         INVALID_RATING = "invalid_rating", "Invalid rating"
         EMPTY_REPLY = "empty_reply", "Nothing to act on"
+        # A digest has no proposal: nothing in it can route an instruction or a rating.
+        NO_PROPOSAL = "no_proposal", "Not a reply to a proposal's email"
 
     # Where the object was found (unique: a redelivered object with the same key is one row).
     store_key = models.CharField(max_length=1024, unique=True)
@@ -116,8 +118,10 @@ class Reply(models.Model):
     inbound_email = models.OneToOneField(
         InboundEmail, on_delete=models.PROTECT, related_name="reply"
     )
+    # PROTECT: deleting a notification (or its proposal) must not delete an accepted reply,
+    # which would strand its mail in awaiting_relay and lose the instruction.
     notification = models.ForeignKey(
-        "notifications.EmailNotification", on_delete=models.CASCADE, related_name="replies"
+        "notifications.EmailNotification", on_delete=models.PROTECT, related_name="replies"
     )
     rating = models.PositiveSmallIntegerField(null=True, blank=True)
     rating_error = models.CharField(max_length=300, blank=True)
@@ -136,6 +140,11 @@ class Reply(models.Model):
     )
     needs_operator = models.BooleanField(
         default=False, help_text="Slack never accepted it: it went to the database inbox."
+    )
+    operator_acknowledged_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="An operator handled the instruction that needed one (clears the alarm).",
     )
     relayed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

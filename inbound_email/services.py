@@ -12,13 +12,16 @@ The order of effects is what makes COR-19 and COR-32 impossible:
 * Store effects (delete, move to quarantine) happen only after the outcome has committed.
 * An instruction is saved first (Reply, relay_status=pending) and the mail stays in the intake
   (status awaiting_relay) until the relay has posted it or recorded it in the database inbox;
-  only then is the notification marked responded and the mail deleted (I8, COR-32).
+  only then is the notification marked responded and the mail deleted (I8, COR-32). Meanwhile
+  the expiry sweep skips a notification that has an accepted reply, so an answer whose relay
+  is still retrying is never counted as missed (I13).
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import re
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -26,6 +29,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from inbound_email.exceptions import MailNotInState, SlackPostError, StoreError, StoreNotFound
@@ -242,11 +246,30 @@ def _find_notification(mail: ParsedMail) -> tuple[EmailNotification | None, str]
     qs = EmailNotification.objects.select_for_update(of=("self",)).select_related("proposal")
     if tokens:
         return qs.filter(token__in=tokens).first(), tokens[0]
-    ids = [m.partition("@")[0] for m in mail.in_reply_to if m.partition("@")[0]]
-    if ids:
-        found = qs.filter(Q(ses_message_id__in=ids) | Q(token__in=ids)).first()
-        return found, (found.token if found else ids[0])
+    # SES stores its id without a domain (In-Reply-To: <id@email.amazonses.com>); the Django
+    # sender stores the full id@domain: match both forms, case-insensitively.
+    full_ids = [m for m in mail.in_reply_to if m]
+    local_ids = [m.partition("@")[0] for m in full_ids if m.partition("@")[0]]
+    if local_ids:
+        found = (
+            qs.alias(message_id=Lower("ses_message_id"))
+            .filter(Q(message_id__in=[*full_ids, *local_ids]) | Q(token__in=local_ids))
+            .first()
+        )
+        return found, (found.token if found else local_ids[0])
     return None, ""
+
+
+_UNSUBSCRIBE_SUBJECT_RE = re.compile(r"^\s*(?:(?:re|aw|fwd?)\s*:\s*)*unsubscribe\s*$", re.I)
+
+
+def _is_unsubscribe(mail: ParsedMail) -> bool:
+    """The List-Unsubscribe mailto (subject "unsubscribe", also as "Re:"/"AW:"/"Fwd:" reply)
+    or a reply whose first non-empty line says just "unsubscribe"."""
+    if _UNSUBSCRIBE_SUBJECT_RE.match(mail.subject):
+        return True
+    first = next((line.strip() for line in mail.reply_text.splitlines() if line.strip()), "")
+    return first.lower() == "unsubscribe"
 
 
 def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> None:
@@ -262,14 +285,6 @@ def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> Non
     if notification is None:
         return _reject(row, Reason.UNKNOWN_TOKEN, "the token matches no notification", now)
     row.notification = notification
-    expired = notification.expires_at is not None and notification.expires_at <= now
-    if expired or notification.status == EmailNotification.Status.EXPIRED:
-        return _reject(row, Reason.EXPIRED_TOKEN, f"expired at {notification.expires_at}", now)
-    if notification.status not in (
-        EmailNotification.Status.SENT,
-        EmailNotification.Status.RESPONDED,
-    ):
-        return _reject(row, Reason.TOKEN_NOT_OPEN, f"notification is {notification.status}", now)
     expected = (notification.to_address or "").strip().lower()
     if mail.from_count != 1 or not expected or mail.from_address != expected:
         return _reject(
@@ -279,11 +294,22 @@ def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> Non
             f"notification went to {redact(expected)}",
             now,
         )
-    if mail.subject.strip().lower() == "unsubscribe":
-        # The List-Unsubscribe mailto of our notifications: a request, not an instruction.
+    if _is_unsubscribe(mail):
+        # A request, not an instruction; honoured also once the notification has expired.
         notification_unsubscribe(token=notification.token)
         _finish(row, Status.PROCESSED, Reason.NONE, "unsubscribed: notifications paused", now)
         return None
+    expired = notification.expires_at is not None and notification.expires_at <= now
+    if expired or notification.status == EmailNotification.Status.EXPIRED:
+        return _reject(row, Reason.EXPIRED_TOKEN, f"expired at {notification.expires_at}", now)
+    if notification.status not in (
+        EmailNotification.Status.SENT,
+        EmailNotification.Status.RESPONDED,
+    ):
+        return _reject(row, Reason.TOKEN_NOT_OPEN, f"notification is {notification.status}", now)
+    if notification.proposal_id is None:
+        # A digest: an instruction could reach no conversation (the raw mail is kept).
+        return _reject(row, Reason.NO_PROPOSAL, "instructions must answer a proposal's email", now)
     recent = Reply.objects.filter(
         notification=notification, created_at__gte=now - timedelta(hours=1)
     ).count()
@@ -320,6 +346,7 @@ def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> Non
     if content.instruction:
         from jobs import enqueue
 
+        # The mail stays in the intake until the instruction is posted or inboxed (I8).
         row.status = Status.AWAITING_RELAY
         row.save()
         enqueue(RELAY_JOB_KIND, {"reply_id": reply.pk})
@@ -517,7 +544,8 @@ def reply_relay(*, reply_id: int) -> str:
     Slack off: the instruction goes to the database inbox at once. Slack on: a failed post
     (no channel, API error, 429) is retried with backoff (at least Retry-After); when the
     budget is spent it goes to the database inbox with `needs_operator`. Only once it is
-    posted or inboxed is the notification marked responded and the mail processed.
+    posted or inboxed is the notification marked responded and the mail processed (and deleted
+    from the intake).
     """
     now = timezone.now()
     with transaction.atomic():
@@ -647,17 +675,43 @@ def _inbox(reply: Reply, *, fallback_error: str) -> None:
         )
 
 
+def _count_answer(reply: Reply, now: datetime) -> None:
+    """Mark the notification responded (resets the missed count) unless it already is.
+
+    Called once the reply is handled durably: at once for a rating, after the relay for an
+    instruction. A notification that is no longer open (expired meanwhile) is logged, never
+    skipped silently.
+    """
+    status = (
+        EmailNotification.objects.filter(pk=reply.notification_id)
+        .values_list("status", flat=True)
+        .first()
+    )
+    if status == EmailNotification.Status.RESPONDED:
+        return
+    try:
+        if status != EmailNotification.Status.SENT:
+            raise NotificationNotOpen(f"notification {reply.notification_id} is {status}")
+        notification_mark_responded(notification_id=reply.notification_id, responded_at=now)
+    except NotificationNotOpen as exc:
+        logger.warning(
+            "reply %s was accepted but could not count as the answer: %s",
+            reply.pk,
+            exc,
+            extra={
+                "action": "reply_late",
+                "reply_id": reply.pk,
+                "notification_id": reply.notification_id,
+            },
+        )
+
+
 def _complete_reply(reply: Reply, row: InboundEmail, now: datetime) -> None:
-    """The reply is handled durably: mark the notification responded, the mail processed."""
+    """The reply is handled durably: the mail is processed (and leaves the intake)."""
     if reply.relay_status != Reply.RelayStatus.NONE:
         reply.relayed_at = now
         reply.save()
-    notification = reply.notification
-    if notification.status == EmailNotification.Status.SENT:
-        try:
-            notification_mark_responded(notification_id=notification.pk, responded_at=now)
-        except NotificationNotOpen as exc:
-            logger.info("reply %s: %s", reply.pk, exc, extra={"action": "reply_late"})
+    _count_answer(reply, now)
     _finish(row, Status.PROCESSED, Reason.NONE, "", now)
 
 
@@ -720,6 +774,28 @@ def inbound_email_discard(*, inbound_email_id: int, store: MailStore | None = No
     logger.info(
         "mail #%s discarded", row.pk, extra={"action": "mail_discard", "mail_key": row.store_key}
     )
+
+
+def reply_acknowledge(*, reply_ids: list[int]) -> int:
+    """An operator handled instructions that needed one: clear their alarm (kept as history).
+
+    Only replies that need an operator and are not yet acknowledged change; returns how many.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        ids = list(
+            Reply.objects.select_for_update()
+            .filter(pk__in=reply_ids, needs_operator=True, operator_acknowledged_at__isnull=True)
+            .values_list("pk", flat=True)
+        )
+        Reply.objects.filter(pk__in=ids).update(operator_acknowledged_at=now)
+    for reply_id in ids:
+        logger.info(
+            "reply %s acknowledged by an operator",
+            reply_id,
+            extra={"action": "reply_acknowledged", "reply_id": reply_id},
+        )
+    return len(ids)
 
 
 def _delete_quietly(store: MailStore, key: str) -> None:

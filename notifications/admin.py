@@ -7,6 +7,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from notifications import services
+from notifications.exceptions import NotificationError
 from notifications.models import EmailNotification, NotificationPreference, Proposal
 
 
@@ -16,6 +17,10 @@ class ProposalAdmin(admin.ModelAdmin):
     list_filter = ("status",)
     search_fields = ("title",)
     raw_id_fields = ("pi",)
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # Deleting a proposal would delete its notifications and the replies to them.
+        return False
 
 
 @admin.register(EmailNotification)
@@ -27,12 +32,19 @@ class EmailNotificationAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     actions = ["retry_failed"]
 
-    @admin.action(description="Retry sending (failed rows only)")
+    @admin.action(description="Retry sending (failed rows only)", permissions=["change"])
     def retry_failed(self, request: HttpRequest, queryset: QuerySet[EmailNotification]):
         ids = list(queryset.filter(status="failed").values_list("pk", flat=True))
+        queued, refused = 0, []
         for notification_id in ids:
-            services.notification_retry_failed(notification_id=notification_id)
-        self.message_user(request, f"Queued {len(ids)} failed notification(s) again.")
+            try:  # each row in its own savepoint (the service's atomic block)
+                services.notification_retry_failed(notification_id=notification_id)
+                queued += 1
+            except NotificationError as exc:
+                refused.append(str(exc))
+        self.message_user(request, f"Queued {queued} failed notification(s) again.")
+        for line in refused:
+            self.message_user(request, line, messages.WARNING)
 
     def get_readonly_fields(self, request: HttpRequest, obj: EmailNotification | None = None):
         return [f.name for f in self.model._meta.fields]
@@ -53,6 +65,10 @@ class NotificationPreferenceAdmin(admin.ModelAdmin):
     actions = ["restore_rung"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # Deleting a preference would silently put a paused user back on immediate.
         return False
 
     @admin.action(description="Restore rung (back to immediate, missed count reset)")

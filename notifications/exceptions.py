@@ -6,5 +6,9 @@ class NotificationNotOpen(NotificationError):
     """The notification can no longer be answered (already responded, expired or never sent)."""
 
 
+class NotificationNotRetryable(NotificationError):
+    """A failed row cannot be queued again (e.g. the user already has an unsent digest)."""
+
+
 class SendError(NotificationError):
     """The mail service did not accept a message; the row goes back to pending (or failed)."""

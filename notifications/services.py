@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from notifications.exceptions import NotificationNotOpen
+from notifications.exceptions import NotificationNotOpen, NotificationNotRetryable
 from notifications.models import EmailNotification, NotificationPreference
 
 logger = logging.getLogger(__name__)
@@ -134,6 +134,14 @@ def notification_release_claims(*, claims: Sequence[tuple[int, datetime]], now: 
     )
 
 
+_RETRY_BLOCKED = {
+    "one_unsent_digest_per_user": "the user already has an unsent digest (it lists the same "
+    "proposals)",
+    "one_open_review_request_per_user_and_proposal": "a review request for this proposal is "
+    "already open",
+}
+
+
 def notification_retry_failed(*, notification_id: int) -> EmailNotification:
     """An operator's retry of a row that failed for good: pending again with fresh attempts."""
     with transaction.atomic():
@@ -145,7 +153,15 @@ def notification_retry_failed(*, notification_id: int) -> EmailNotification:
         notification.status = Status.PENDING
         notification.attempts = 0
         notification.retry_after = None
-        notification.save(update_fields=["status", "attempts", "retry_after", "updated_at"])
+        try:
+            with transaction.atomic():  # a savepoint: the caller's transaction stays usable
+                notification.save(update_fields=["status", "attempts", "retry_after", "updated_at"])
+        except IntegrityError as exc:
+            constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", "")
+            reason = _RETRY_BLOCKED.get(constraint or "", f"{exc}".strip())
+            raise NotificationNotRetryable(
+                f"#{notification_id} could not be retried: {reason}"
+            ) from exc
     logger.info(
         "notification %s queued again by an operator",
         notification_id,
@@ -191,10 +207,19 @@ def notification_reconcile_stale_claims(*, kind: str | None, now: datetime) -> i
 
 
 def notifications_expire(*, notification_ids: Sequence[int], now: datetime) -> int:
-    """Write `expired` on those rows that are still unanswered and past expires_at (I13)."""
-    return EmailNotification.objects.filter(
-        pk__in=notification_ids, status=Status.SENT, expires_at__lte=now
-    ).update(status=Status.EXPIRED, updated_at=now)
+    """Write `expired` on those rows that are still unanswered and past expires_at (I13).
+
+    A row with an accepted reply is answered, even if it is still `sent` (a reply accepted by
+    an older release whose relay has not finished): it is never expired; the relay marks it
+    responded.
+    """
+    return (
+        EmailNotification.objects.filter(
+            pk__in=notification_ids, status=Status.SENT, expires_at__lte=now
+        )
+        .filter(replies__isnull=True)
+        .update(status=Status.EXPIRED, updated_at=now)
+    )
 
 
 def preference_record_missed(

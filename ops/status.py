@@ -21,6 +21,9 @@ from notifications.models import EmailNotification
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
 BACKLOG_ALERT_SECONDS = 300
+# A mail awaiting its instruction relay this long means the relay is stuck (retries spent
+# their budget long before, or the relay jobs do not run).
+RELAY_STUCK_ALERT = timedelta(hours=24)
 
 
 @dataclass
@@ -32,6 +35,7 @@ class WorkerStatus:
     inbound_by_status: dict[str, int] = field(default_factory=dict)
     quarantined_mail: int = 0
     instructions_needing_operator: int = 0
+    instruction_relays_stuck: int = 0
     notifications_by_status: dict[str, int] = field(default_factory=dict)
     notifications_stuck_sending: int = 0
     leases: list[dict[str, Any]] = field(default_factory=list)
@@ -99,11 +103,23 @@ def worker_status() -> WorkerStatus:
             f"{status.quarantined_mail} quarantined mail(s): view, reprocess or discard them "
             "in the admin"
         )
-    status.instructions_needing_operator = Reply.objects.filter(needs_operator=True).count()
+    status.instructions_needing_operator = Reply.objects.filter(
+        needs_operator=True, operator_acknowledged_at__isnull=True
+    ).count()
     if status.instructions_needing_operator:
         status.needs_operator.append(
             f"{status.instructions_needing_operator} PI instruction(s) could not be posted to "
-            "Slack and wait in the database inbox"
+            "Slack and wait in the database inbox: handle them, then acknowledge them in the "
+            "admin (Replies)"
+        )
+    status.instruction_relays_stuck = InboundEmail.objects.filter(
+        status=InboundEmail.Status.AWAITING_RELAY, updated_at__lt=now - RELAY_STUCK_ALERT
+    ).count()
+    if status.instruction_relays_stuck:
+        status.needs_operator.append(
+            f"{status.instruction_relays_stuck} instruction relay(s) stuck: mail awaiting "
+            f"relay for over {RELAY_STUCK_ALERT.total_seconds() / 3600:.0f} h (check the "
+            "relay jobs and the pending Replies in the admin)"
         )
 
     status.notifications_by_status = _counts(EmailNotification.objects.all(), "status")

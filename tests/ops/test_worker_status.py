@@ -58,3 +58,42 @@ def test_stuck_job_and_quarantined_mail_are_reported_with_a_failing_exit_code(ca
     assert report["quarantined_mail"] == 1
     assert report["jobs_by_status"] == {"processing": 1, "queued": 1}
     assert len(report["needs_operator"]) == 2
+
+
+def test_r6_acknowledged_operator_replies_no_longer_alarm_and_stuck_relays_do(capsys):
+    """R6: a `needs_operator` reply alarmed forever (no way to acknowledge it), and mail
+    stuck in `awaiting_relay` was never reported."""
+    from inbound_email.models import Reply
+    from notifications.models import EmailNotification
+
+    notification = baker.make(
+        EmailNotification,
+        kind="proposal_review",
+        status="responded",
+        ses_message_id="m-1",
+        sent_at=timezone.now(),
+        responded_at=timezone.now(),
+    )
+    acknowledged = baker.make(
+        Reply,
+        notification=notification,
+        inbound_email=baker.make(InboundEmail, store_key="k1", status="processed"),
+        relay_status="inboxed",
+        needs_operator=True,
+        operator_acknowledged_at=timezone.now(),
+    )
+    assert acknowledged.needs_operator
+    call_command("worker_status")  # acknowledged: nothing to do
+    assert "OK: nothing needs an operator." in capsys.readouterr().out
+
+    stuck = baker.make(InboundEmail, store_key="k2", status="awaiting_relay")
+    fresh = baker.make(InboundEmail, store_key="k3", status="awaiting_relay")
+    InboundEmail.objects.filter(pk=stuck.pk).update(updated_at=timezone.now() - timedelta(hours=25))
+    assert fresh.pk
+    with pytest.raises(CommandError):
+        call_command("worker_status", "--json")
+    report = json.loads(capsys.readouterr().out)
+    assert report["instructions_needing_operator"] == 0
+    assert report["instruction_relays_stuck"] == 1
+    [finding] = report["needs_operator"]
+    assert finding.startswith("1 instruction relay(s) stuck")
