@@ -41,6 +41,7 @@ class Command(BaseCommand):
         out("Inbound mail:  " + _fmt(status.inbound_by_status))
         out(f"  quarantined: {status.quarantined_mail}")
         out(f"  instructions waiting for an operator: {status.instructions_needing_operator}")
+        out(f"  instruction relays stuck over 24 h: {status.instruction_relays_stuck}")
         out("Notifications: " + _fmt(status.notifications_by_status))
         out(f"  stuck in sending: {status.notifications_stuck_sending}")
         out(f"Writer slots:  {len(status.leases)} held")
