@@ -176,7 +176,7 @@ def _run_scenario(clusters, s3, ses, slack: SlackServer, tmp_path: Path) -> None
                 slack_channel=f"C0000000{i}",
             )
         for n in range(JOB_COUNT):
-            enqueue("system.record", {"n": n, "sleep": 0.02})
+            enqueue("system.record", {"n": n, "sleep": 0.04})
 
     # --- kill one cluster while it holds a job -------------------------------------------------
     victim_pids: set[int] = set()
