@@ -123,6 +123,18 @@ def dsn_from_settings() -> str:
     )
 
 
+def ensure_database() -> None:
+    """Create the benchmark database on first use (the docstring promises it)."""
+    params = connection.settings_dict
+    maintenance = psycopg.conninfo.make_conninfo(dsn_from_settings(), dbname="postgres")
+    with psycopg.connect(maintenance, autocommit=True) as conn:
+        exists = conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = %s", [params["NAME"]]
+        ).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{params["NAME"]}"')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--jobs", type=int, default=3000)
@@ -130,6 +142,7 @@ def main() -> None:
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         sys.exit("bench/jobs.py measures PostgreSQL: set DATABASE_URL=postgres://...")
+    ensure_database()
     call_command("migrate", "jobs", verbosity=0)
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_bare_job")
