@@ -19,7 +19,7 @@ from canonical_ids import leases
 from canonical_ids.exceptions import SlotUnavailable
 from canonical_ids.minter import get_minter, parse_ts
 from canonical_ids.models import Message, WriterSlotLease
-from tests.support.processes import child_env, manage_py, spawn_manage_py
+from tests.support.processes import child_env, manage_py, spawn_manage_py, stop_process_group
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -170,7 +170,7 @@ def test_v11_killed_process_slot_is_free_only_after_its_lease_expires():
 def test_i1_each_django_q2_worker_process_claims_its_own_slot():
     """A real qcluster: its forked worker processes each hold a distinct pool slot at start-up."""
     env = child_env(Q_WORKERS="2", LOG_LEVEL="INFO")
-    cluster = spawn_manage_py("qcluster", env=env)
+    cluster = spawn_manage_py("qcluster", env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 90
         holders: list[tuple[int, int]] = []
@@ -184,12 +184,8 @@ def test_i1_each_django_q2_worker_process_claims_its_own_slot():
                 break
             time.sleep(0.5)
     finally:
-        cluster.send_signal(signal.SIGTERM)
-        try:
-            _, err = cluster.communicate(timeout=30)
-        except Exception:
-            cluster.kill()
-            _, err = cluster.communicate(timeout=30)
+        stop_process_group(cluster)
+        err = cluster.stderr.read()
     assert len(holders) == 2, err[-3000:]
     slots = {slot for slot, _ in holders}
     pids = {pid for _, pid in holders}

@@ -17,7 +17,7 @@ from jobs import enqueue
 from jobs.models import Job
 from jobs.tasks import prune_completed_jobs, reap_stale_jobs, run_due_jobs
 from ops.schedules import SCHEDULES
-from tests.support.processes import PROJECT_ROOT
+from tests.support.processes import PROJECT_ROOT, stop_process_group
 
 
 def test_every_jobs_schedule_points_at_a_function_here():
@@ -95,6 +95,7 @@ def test_a_job_committed_while_the_cluster_runs_starts_within_seconds(worker_env
             cwd=PROJECT_ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         deadline = time.monotonic() + 60
@@ -120,9 +121,4 @@ def test_a_job_committed_while_the_cluster_runs_starts_within_seconds(worker_env
             time.sleep(0.05)
         assert wakeups()[0]["completed"] == 1
     finally:
-        cluster.terminate()
-        try:
-            cluster.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            cluster.kill()
-            cluster.wait(timeout=10)
+        stop_process_group(cluster)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 
 import pytest
 from django.core.management import call_command
 
-from tests.support.processes import PROJECT_ROOT
+from tests.support.processes import PROJECT_ROOT, stop_process_group
 
 
 @pytest.mark.django_db(transaction=True)
@@ -63,8 +62,7 @@ def test_readme_run_command_shows_the_demo_and_starts_qcluster_on_sqlite(tmp_pat
         else:
             raise AssertionError("qcluster did not start:\n" + log_path.read_text())
     finally:
-        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C, as a user stops it
-        process.wait(timeout=60)
+        stop_process_group(process, timeout=60)  # Ctrl-C, as a user stops it
 
     output = log_path.read_text()
     assert "Demo run" in output

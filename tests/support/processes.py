@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,23 @@ def spawn_manage_py(*args: str, env: dict[str, str], **kwargs) -> subprocess.Pop
         text=True,
         **kwargs,
     )
+
+
+def stop_process_group(process: subprocess.Popen, timeout: float = 30) -> None:
+    """Stop a process started with start_new_session=True and everything it forked.
+
+    SIGINT to the whole group is what Ctrl-C does: django-q2 then stops its workers cleanly.
+    Whatever is still alive after `timeout` is SIGKILLed, group-wide, so no orphaned qcluster
+    worker outlives its test and takes tasks from the next test's database.
+    """
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # stragglers, even if the leader has exited
+    except ProcessLookupError:
+        pass
+    process.wait(timeout=10)

@@ -33,7 +33,7 @@ from jobs import enqueue
 from jobs.models import Job
 from notifications.models import EmailNotification, NotificationPreference, Proposal
 from ops.sample_mail import reply_mail, unknown_8bit_reply
-from tests.support.processes import child_env, spawn_manage_py
+from tests.support.processes import child_env, spawn_manage_py, stop_process_group
 from tests.support.slack_server import SlackServer
 from tests.system.handlers import SYSTEM_RUN_ID
 
@@ -147,14 +147,7 @@ def test_two_clusters_finish_all_work_and_survive_a_sigkill(aws_server, tmp_path
             _run_scenario(clusters, s3, ses, slack, tmp_path)
         finally:
             for cluster in clusters:
-                if cluster.poll() is None:
-                    os.killpg(cluster.pid, signal.SIGINT)
-            for cluster in clusters:
-                try:
-                    cluster.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(cluster.pid, signal.SIGKILL)
-                    cluster.wait(timeout=10)
+                stop_process_group(cluster)
 
 
 def _run_scenario(clusters, s3, ses, slack: SlackServer, tmp_path: Path) -> None:
