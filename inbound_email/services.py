@@ -20,7 +20,6 @@ The order of effects is what makes COR-19 and COR-32 impossible:
 from __future__ import annotations
 
 import logging
-import random
 import re
 import traceback
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from inbound_email.parsing import ParsedMail, parse_mail, raw_preview
 from inbound_email.replies import auto_reply_reason, split_reply
 from inbound_email.slack import escape_mrkdwn, post_message, slack_enabled
 from inbound_email.stores import MailStore, StoredObject, sha256_hex
+from jobs.backoff import retry_delay
 from notifications.exceptions import NotificationNotOpen
 from notifications.models import EmailNotification
 from notifications.reply_address import token_from_address
@@ -61,9 +61,9 @@ def redact(address: str) -> str:
 
 
 def backoff_seconds(attempt: int, *, base: float, cap: float) -> float:
-    """Exponential backoff with +-20 % jitter, capped: base, 2*base, 4*base, ..."""
-    delay = min(cap, base * (2 ** max(0, attempt - 1)))
-    return delay * random.uniform(0.8, 1.2)
+    """The jobs app's exponential backoff (capped, with up to 20 % jitter), on mail's own
+    base and cap settings."""
+    return retry_delay(attempt, base=base, cap=cap, jitter=0.2)
 
 
 @dataclass(frozen=True)
