@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -222,6 +224,22 @@ def notifications_expire(*, notification_ids: Sequence[int], now: datetime) -> i
     )
 
 
+def _log_rung_down(*, user_id: int, from_rung: str, to_rung: str) -> None:
+    logger.info(
+        "user %s missed %s review requests in a row: rung %s -> %s",
+        user_id,
+        MISSED_THRESHOLD,
+        from_rung,
+        to_rung,
+        extra={
+            "action": "notification_rung_down",
+            "user_id": user_id,
+            "from_rung": from_rung,
+            "to_rung": to_rung,
+        },
+    )
+
+
 def preference_record_missed(
     *, user_id: int, missed: int, now: datetime
 ) -> tuple[NotificationPreference, bool]:
@@ -242,24 +260,129 @@ def preference_record_missed(
         preference.consecutive_missed = 0
         preference.downgraded_at = now
         stepped_down = True
-        logger.info(
-            "user %s missed %s review requests in a row: rung %s -> %s",
-            user_id,
-            MISSED_THRESHOLD,
-            old_rung,
-            preference.rung,
-            extra={
-                "action": "notification_rung_down",
-                "user_id": user_id,
-                "from_rung": old_rung,
-                "to_rung": preference.rung,
-            },
-        )
+        _log_rung_down(user_id=user_id, from_rung=old_rung, to_rung=preference.rung)
     if preference.pk is None:
         preference.save()
     else:
         preference.save(update_fields=["consecutive_missed", "rung", "downgraded_at", "updated_at"])
     return preference, stepped_down
+
+
+@dataclass(frozen=True)
+class ReviewExpiry:
+    """What expiring a user's overdue review requests did."""
+
+    expired: int  # rows written `expired` (each one a miss)
+    rung: str | None  # the user's rung afterwards; None when nothing expired (not read)
+    stepped_down: bool
+
+
+def review_requests_expire(
+    *, user_id: int, notification_ids: Sequence[int], now: datetime
+) -> ReviewExpiry:
+    """Expire the user's overdue review requests and count each as a miss on the ladder (I13).
+
+    The same guards as notifications_expire (still `sent`, past expires_at, no reply) and the
+    same ladder as preference_record_missed. On PostgreSQL both happen in one statement (the
+    sweep's expiry cycle stays within 5 queries per user); elsewhere (the embedded SQLite
+    default) in the two ORM steps. Runs in the caller's transaction (the user's savepoint).
+    """
+    if connection.vendor == "postgresql":
+        return _review_requests_expire_upsert(
+            user_id=user_id, notification_ids=notification_ids, now=now
+        )
+    return _review_requests_expire_orm(user_id=user_id, notification_ids=notification_ids, now=now)
+
+
+def _review_requests_expire_orm(
+    *, user_id: int, notification_ids: Sequence[int], now: datetime
+) -> ReviewExpiry:
+    expired = notifications_expire(notification_ids=notification_ids, now=now)
+    if not expired:
+        return ReviewExpiry(expired=0, rung=None, stepped_down=False)
+    preference, stepped_down = preference_record_missed(user_id=user_id, missed=expired, now=now)
+    return ReviewExpiry(expired=expired, rung=preference.rung, stepped_down=stepped_down)
+
+
+def _ladder_sql(rung: str, count: str, downgraded_at: str) -> tuple[str, str, str]:
+    """SQL for the new (rung, consecutive_missed, downgraded_at) from the old rung and count
+    expressions, `m.n` misses: preference_record_missed's rule, one rung per call."""
+    steps = " ".join(f"WHEN '{a}' THEN '{b}'" for a, b in zip(LADDER, LADDER[1:], strict=False))
+    step = f"({rung} <> '{Rung.PAUSED}' AND {count} + m.n >= {MISSED_THRESHOLD})"
+    return (
+        f"CASE WHEN {step} THEN (CASE {rung} {steps} ELSE {rung} END) ELSE {rung} END",
+        f"CASE WHEN {step} THEN 0 ELSE {count} + m.n END",
+        f"CASE WHEN {step} THEN %(now)s::timestamptz ELSE {downgraded_at} END",
+    )
+
+
+@cache  # built from model metadata once per process
+def _expire_upsert_sql() -> str:
+    notification = EmailNotification._meta
+    reply_fk = notification.get_field("replies").field
+    reply_table = reply_fk.model._meta.db_table
+    preference = NotificationPreference._meta.db_table
+    new_rung, new_count, new_downgraded = _ladder_sql(
+        f"'{Rung.IMMEDIATE}'", "0", "NULL::timestamptz"
+    )
+    upd_rung, upd_count, upd_downgraded = _ladder_sql(
+        "p.rung", "p.consecutive_missed", "p.downgraded_at"
+    )
+    # Identifiers come from model metadata and values from our own constants, never from input.
+    return f"""
+        WITH expired AS (
+            UPDATE {notification.db_table} AS e
+            SET status = '{Status.EXPIRED}', updated_at = %(now)s
+            WHERE e.id = ANY(%(ids)s) AND e.status = '{Status.SENT}' AND e.expires_at <= %(now)s
+              AND NOT EXISTS (
+                  SELECT 1 FROM {reply_table} AS r WHERE r.{reply_fk.column} = e.id
+              )
+            RETURNING e.id
+        ), m AS (SELECT count(*)::integer AS n FROM expired)
+        INSERT INTO {preference} AS p
+            (user_id, rung, consecutive_missed, downgraded_at, updated_at)
+        SELECT %(user_id)s, {new_rung}, {new_count},
+            {new_downgraded}, %(touched)s
+        FROM m WHERE m.n > 0
+        ON CONFLICT (user_id) DO UPDATE SET
+            rung = (SELECT {upd_rung} FROM m),
+            consecutive_missed = (SELECT {upd_count} FROM m),
+            downgraded_at = (SELECT {upd_downgraded} FROM m),
+            updated_at = EXCLUDED.updated_at
+        RETURNING p.rung, p.consecutive_missed, (SELECT n FROM m)
+    """
+
+
+def _review_requests_expire_upsert(
+    *, user_id: int, notification_ids: Sequence[int], now: datetime
+) -> ReviewExpiry:
+    """One statement: the guarded expire UPDATE (a data-modifying CTE) feeds the missed count
+    into an upsert of the preference. The upsert locks the preference row like
+    preference_record_missed's SELECT … FOR UPDATE (two sweeps add up) and creates it for a
+    user still on the defaults (a racing insert becomes an update instead of an error).
+
+    PostgreSQL < 18 cannot return the old row, so the step-down is read off the new one: a
+    step resets the count to 0, while without a step the count grows by the (> 0) misses; the
+    old rung is then the one above the new rung (a step never starts from `paused`).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _expire_upsert_sql(),
+            {
+                "ids": list(notification_ids),
+                "now": now,
+                "user_id": user_id,
+                "touched": timezone.now(),
+            },
+        )
+        row = cursor.fetchone()
+    if row is None:  # nothing expired: the preference was not touched
+        return ReviewExpiry(expired=0, rung=None, stepped_down=False)
+    rung, count, expired = row
+    stepped_down = count == 0
+    if stepped_down:
+        _log_rung_down(user_id=user_id, from_rung=LADDER[LADDER.index(rung) - 1], to_rung=rung)
+    return ReviewExpiry(expired=expired, rung=rung, stepped_down=stepped_down)
 
 
 def preference_set_rung(

@@ -163,17 +163,19 @@ def _apply(kind: str, user: Any, work: _UserWork, clock: _Clock) -> _UserResult:
     now = clock.now()
     result = _UserResult()
     if work.expire_ids:
-        expired = result.expired = services.notifications_expire(
-            notification_ids=work.expire_ids, now=now
-        )
-        if expired and kind == Kind.PROPOSAL_REVIEW:
-            preference, stepped_down = services.preference_record_missed(
-                user_id=user.pk, missed=expired, now=now
+        if kind == Kind.PROPOSAL_REVIEW:  # each expiry is a miss on the ladder
+            expiry = services.review_requests_expire(
+                user_id=user.pk, notification_ids=work.expire_ids, now=now
             )
-            result.stepped_down = stepped_down
-            if stepped_down:  # the new rung decides what is sent now
+            expired = result.expired = expiry.expired
+            result.stepped_down = expiry.stepped_down
+            if expiry.stepped_down and expiry.rung:  # the new rung decides what is sent now
                 work = _UserWork(expire_ids=work.expire_ids)
-                _plan_sends(kind, user, preference.rung, now, work)
+                _plan_sends(kind, user, expiry.rung, now, work)
+        else:
+            expired = result.expired = services.notifications_expire(
+                notification_ids=work.expire_ids, now=now
+            )
         if expired < len(work.expire_ids):
             # Another worker (or a reply) got to some of these rows first: ask nothing new
             # on stale information; the next cycle reads fresh rows.
