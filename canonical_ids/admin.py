@@ -3,21 +3,10 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.http import HttpRequest
 from django.utils import timezone
 
 from canonical_ids.models import Message, WriterSlotLease
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
+from project.admin import ReadOnlyAdmin
 
 
 @admin.register(WriterSlotLease)

@@ -17,18 +17,7 @@ from inbound_email.services import (
     inbound_email_reprocess,
     reply_acknowledge,
 )
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        # The change page is a read-only view; actions need the view permission only.
-        return False
+from project.admin import ReadOnlyAdmin
 
 
 def _pre(text: str) -> str:

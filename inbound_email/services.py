@@ -42,6 +42,7 @@ from notifications.exceptions import NotificationNotOpen
 from notifications.models import EmailNotification
 from notifications.reply_address import token_from_address
 from notifications.services import notification_mark_responded, notification_unsubscribe
+from project.redaction import redact_address
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +53,6 @@ CLAIM_LEASE_SECONDS = 600  # a claimed row is not re-claimed for this long (cras
 RELAY_JOB_KIND = "inbound_email.relay_reply"
 RELAY_STALE_SECONDS = 900  # a pending relay this overdue lost its wake-up: enqueue it again
 SLACK_TEXT_LIMIT = 3000  # characters of instruction in the Slack message (full text kept)
-
-
-def redact(address: str) -> str:
-    """j***@example.org: enough to tell mails apart in logs, not enough to harvest."""
-    local, at, domain = (address or "").partition("@")
-    return f"{local[:1]}***{at}{domain}" if at else "***"
 
 
 def backoff_seconds(attempt: int, *, base: float, cap: float) -> float:
@@ -290,8 +285,8 @@ def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> Non
         return _reject(
             row,
             Reason.SENDER_MISMATCH,
-            f"from {redact(mail.from_address)} ({mail.from_count} From addresses), "
-            f"notification went to {redact(expected)}",
+            f"from {redact_address(mail.from_address)} ({mail.from_count} From addresses), "
+            f"notification went to {redact_address(expected)}",
             now,
         )
     if _is_unsubscribe(mail):

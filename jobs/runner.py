@@ -9,7 +9,6 @@ failure is written in a transaction of its own (I3, COR-17).
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from collections import deque
@@ -20,15 +19,9 @@ from django.db import DatabaseError, connection, transaction
 
 from jobs import registry, services
 from jobs.exceptions import LeaseLost
+from project.redaction import redact_emails
 
 logger = logging.getLogger(__name__)
-
-_EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
-
-
-def redact(text: str) -> str:
-    """Error messages can carry addresses (a bounced recipient); logs must not."""
-    return _EMAIL.sub("<email>", text)
 
 
 @dataclass
@@ -145,7 +138,9 @@ def _run_one(job: services.ClaimedJob, summary: RunSummary) -> None:
         _ensure_usable_connection()
         outcome = services.job_record_failure(job=job, worker=summary.worker, exc=exc)
         setattr(summary, outcome, getattr(summary, outcome) + 1)
-        summary.errors.append(redact(f"#{job.id} {job.kind}: {type(exc).__name__}: {exc}")[:300])
+        summary.errors.append(
+            redact_emails(f"#{job.id} {job.kind}: {type(exc).__name__}: {exc}")[:300]
+        )
         log = logger.error if outcome == "failed" else logger.warning
         log(
             "job #%s %s attempt %s/%s %s: %s: %s",
@@ -155,7 +150,7 @@ def _run_one(job: services.ClaimedJob, summary: RunSummary) -> None:
             job.max_attempts,
             outcome,
             type(exc).__name__,
-            redact(str(exc)),
+            redact_emails(str(exc)),
             extra={"action": f"job_{outcome}", **context},
         )
         if not isinstance(exc, Exception):

@@ -13,6 +13,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from jobs.backoff import retry_delay as backoff_delay
 from notifications.exceptions import NotificationNotOpen, NotificationNotRetryable
 from notifications.models import EmailNotification, NotificationPreference
 
@@ -33,8 +34,12 @@ def next_rung_down(rung: str) -> str:
 
 def retry_delay(attempts: int) -> timedelta:
     """Exponential backoff with a cap between send attempts (the sweep cadence adds jitter)."""
-    base = settings.NOTIFICATION_RETRY_BASE_SECONDS
-    seconds = min(base * 2 ** max(attempts - 1, 0), settings.NOTIFICATION_RETRY_MAX_SECONDS)
+    seconds = backoff_delay(
+        attempts,
+        base=settings.NOTIFICATION_RETRY_BASE_SECONDS,
+        cap=settings.NOTIFICATION_RETRY_MAX_SECONDS,
+        jitter=0,
+    )
     return timedelta(seconds=seconds)
 
 
