@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from datetime import timedelta
-from email.message import EmailMessage
-from email.utils import format_datetime, make_msgid
 
 import boto3
 import pytest
@@ -15,15 +13,11 @@ from model_bakery import baker
 from moto import mock_aws
 
 from inbound_email import stores
-from inbound_email.exceptions import StoreError
 from inbound_email.stores import FolderStore, S3Store, store_from_url
 from notifications.models import EmailNotification
-from notifications.reply_address import reply_address_for
+from tests.support.mail import PI_ADDRESS
 from tests.support.slack_server import SlackServer
-
-BUCKET = "inbound-test"
-PREFIX = "inbound/"
-PI_ADDRESS = "pi@university.example"
+from tests.support.stores import BUCKET, PREFIX
 
 
 @pytest.fixture(autouse=True)
@@ -118,52 +112,3 @@ def make_notification():
 @pytest.fixture
 def notification(make_notification) -> EmailNotification:
     return make_notification()
-
-
-def build_mail(
-    *,
-    token: str | None = None,
-    sender: str = PI_ADDRESS,
-    body: str = "4\nPlease tighten the budget section.",
-    subject: str = "Re: Your proposal",
-    headers: dict[str, str] | None = None,
-    message_id: str | None = None,
-    to: str | None = None,
-) -> bytes:
-    """A reply as a PI's mail client would send it, as raw bytes."""
-    msg = EmailMessage()
-    msg["From"] = f"Ada Lovelace <{sender}>"
-    msg["To"] = to or (reply_address_for(token) if token else "replies@reply.localhost")
-    msg["Subject"] = subject
-    msg["Date"] = format_datetime(timezone.now())
-    msg["Message-ID"] = message_id or make_msgid(domain="university.example")
-    for name, value in (headers or {}).items():
-        msg[name] = value
-    msg.set_content(
-        body + "\n\nOn Mon, 1 Dec 2026, Assistant wrote:\n> Please rate this proposal\n"
-    )
-    return msg.as_bytes()
-
-
-def key(store, name: str) -> str:
-    """The intake key of `name` in a store (S3 keys carry the intake prefix)."""
-    return getattr(store, "prefix", "") + name
-
-
-class FlakyStore:
-    """The folder store with an S3-like failure on get() for chosen keys (the edge, not us)."""
-
-    def __init__(self, inner, *, failing: dict[str, bool]) -> None:
-        self.inner = inner
-        self.failing = failing  # key -> transient?
-        self.description = "flaky"
-        self.gets = 0
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def get(self, key: str) -> bytes:
-        self.gets += 1
-        if key in self.failing:
-            raise StoreError(f"simulated failure on {key}", transient=self.failing[key])
-        return self.inner.get(key)

@@ -17,18 +17,15 @@ from inbound_email.services import reply_relay
 from jobs import run_pending
 from notifications.models import EmailNotification, NotificationPreference
 from notifications.sweeps import sweep_proposal_reviews
-from tests.inbound_email.conftest import build_mail
+from tests.support.mail import build_mail
 from tests.support.slack_server import SlackServer
+from tests.support.stores import intake_keys
 
 pytestmark = pytest.mark.django_db
 
 Status = InboundEmail.Status
 Reason = InboundEmail.Reason
 NStatus = EmailNotification.Status
-
-
-def intake_keys(store) -> list[str]:
-    return [o.key for page in store.list() for o in page]
 
 
 # --- R1: an on-time answer is never counted as missed ---------------------------------------

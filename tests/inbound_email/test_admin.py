@@ -7,7 +7,8 @@ from django.urls import reverse
 
 from inbound_email.models import InboundEmail
 from inbound_email.poller import poll_once
-from tests.inbound_email.conftest import FlakyStore, build_mail
+from tests.support.mail import build_mail
+from tests.support.stores import FlakyStore
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from django.db import connection
 
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
-from tests.inbound_email.conftest import build_mail
+from tests.support.mail import build_mail
 from tests.support.processes import child_env, manage_py
 
 pytestmark = pytest.mark.django_db(transaction=True)

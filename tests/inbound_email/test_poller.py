@@ -13,16 +13,13 @@ from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
 from jobs import run_pending
 from notifications.models import EmailNotification
-from tests.inbound_email.conftest import BUCKET, PI_ADDRESS, PREFIX, FlakyStore, build_mail, key
+from tests.support.mail import PI_ADDRESS, build_mail
+from tests.support.stores import BUCKET, PREFIX, FlakyStore, intake_keys, key
 
 pytestmark = pytest.mark.django_db
 
 Status = InboundEmail.Status
 Reason = InboundEmail.Reason
-
-
-def intake_keys(store) -> list[str]:
-    return [o.key for page in store.list() for o in page]
 
 
 def test_rating_only_reply_is_processed_and_deleted(store, notification):

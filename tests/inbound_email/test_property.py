@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from inbound_email.models import InboundEmail
 from inbound_email.poller import poll_once
 from jobs import run_pending
-from tests.inbound_email.conftest import build_mail
+from tests.support.mail import build_mail
 
 pytestmark = pytest.mark.django_db
 

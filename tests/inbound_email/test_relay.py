@@ -15,15 +15,12 @@ from inbound_email.services import reply_relay
 from jobs import run_pending
 from jobs.models import Job
 from notifications.models import EmailNotification
-from tests.inbound_email.conftest import build_mail
+from tests.support.mail import build_mail
 from tests.support.slack_server import SlackServer
+from tests.support.stores import intake_keys
 
 Status = InboundEmail.Status
 INSTRUCTION = "Rating: 3\nPlease shorten the abstract <!channel> and ask <@U123ABC> & co."
-
-
-def intake_keys(store) -> list[str]:
-    return [o.key for page in store.list() for o in page]
 
 
 def responded(notification: EmailNotification) -> bool:

@@ -11,8 +11,9 @@ from moto.server import ThreadedMotoServer
 from inbound_email.exceptions import InvalidStoreUrl, StoreError
 from inbound_email.models import InboundEmail
 from inbound_email.stores import FolderStore, S3Store, store_from_url
-from tests.inbound_email.conftest import BUCKET, PREFIX, build_mail
+from tests.support.mail import build_mail
 from tests.support.processes import child_env, manage_py
+from tests.support.stores import BUCKET, PREFIX
 
 
 def keys(store) -> list[str]:

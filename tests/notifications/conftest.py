@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import boto3
@@ -11,29 +10,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from model_bakery import baker
 from moto import mock_aws
-from moto.core import DEFAULT_ACCOUNT_ID
-from moto.ses.models import ses_backends
 
 from notifications.models import NotificationPreference, Proposal
-
-REGION = "us-east-1"
-SENDER_ADDRESS = "assistant@localhost"  # DEFAULT_FROM_EMAIL's address
-
-
-@dataclass
-class MotoSes:
-    client: Any
-
-    def verify_sender(self) -> None:
-        self.client.verify_email_identity(EmailAddress=SENDER_ADDRESS)
-
-    @property
-    def messages(self) -> list[Any]:
-        return list(ses_backends[DEFAULT_ACCOUNT_ID][REGION].sent_messages)
-
-    def recipients(self) -> list[str]:
-        """One entry per accepted message: its envelope recipient."""
-        return [message.destinations[0] for message in self.messages]
+from tests.support.ses import REGION, MotoSes
 
 
 @pytest.fixture
