@@ -1,104 +1,25 @@
-"""Defects found in review (R1-R7): each test fails if its fix is removed."""
+"""Acceptance: which reply is accepted and which is rejected, with its reason (token, sender,
+expiry, digest, rate limit, auto-replies, unsubscribe) (inbound_email/services/acceptance.py)."""
 
 from __future__ import annotations
 
-import logging
 from datetime import timedelta
 
 import pytest
-from django.db.models import ProtectedError
-from django.urls import reverse
 from django.utils import timezone
-from model_bakery import baker
 
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
-from inbound_email.services import reply_relay
 from jobs import run_pending
 from notifications.models import EmailNotification, NotificationPreference
-from notifications.sweeps import sweep_proposal_reviews
-from tests.support.mail import build_mail
-from tests.support.slack_server import SlackServer
-from tests.support.stores import intake_keys
+from tests.support.mail import PI_ADDRESS, build_mail
+from tests.support.stores import key
 
 pytestmark = pytest.mark.django_db
 
 Status = InboundEmail.Status
 Reason = InboundEmail.Reason
 NStatus = EmailNotification.Status
-
-
-# --- R1: an on-time answer is never counted as missed ---------------------------------------
-
-
-def test_r1_on_time_instruction_counts_even_when_the_sweep_runs_before_the_relay(
-    folder_store, make_notification, slack, settings
-):
-    """R1: the reply was saved on time but the relay (Slack backoff) had not finished when the
-    review sweep ran: the sweep wrote `expired` and counted a miss (stepping the PI down), and
-    the relay later skipped marking it responded. An accepted reply is never expired; the
-    notification is marked responded (count reset) once the instruction is posted, and the
-    mail stays in the intake until then (I8)."""
-    settings.INBOUND_RELAY_BACKOFF_BASE_SECONDS = 3600  # the retry is an hour away
-    slack.default = SlackServer.error("internal_error")
-    notification = make_notification(expires_at=timezone.now() + timedelta(minutes=30))
-    baker.make(NotificationPreference, user=notification.user, consecutive_missed=2)
-    folder_store.put("m", build_mail(token=notification.token, body="Please cut section 3."))
-
-    poll_once()
-    run_pending()  # the first Slack post fails; the next attempt is an hour away
-    reply = Reply.objects.get()
-    assert reply.relay_status == Reply.RelayStatus.PENDING
-
-    summary = sweep_proposal_reviews(now=timezone.now() + timedelta(hours=2))
-
-    assert summary.expired == 0
-    notification.refresh_from_db()
-    assert notification.status == NStatus.SENT  # not expired; responded only once relayed
-    preference = NotificationPreference.objects.get(user=notification.user)
-    assert (preference.consecutive_missed, preference.rung) == (2, "immediate")
-    # I8: the instruction is still pending and its mail still in the intake.
-    assert InboundEmail.objects.get().status == Status.AWAITING_RELAY
-    assert intake_keys(folder_store) == ["m"]
-
-    slack.default = SlackServer.ok()
-    Reply.objects.update(relay_next_attempt_at=None)
-    assert reply_relay(reply_id=reply.pk) == "posted"
-    assert InboundEmail.objects.get().status == Status.PROCESSED
-    notification.refresh_from_db()
-    assert notification.status == NStatus.RESPONDED
-    preference.refresh_from_db()
-    assert (preference.consecutive_missed, preference.rung) == (0, "immediate")
-
-
-def test_r1_expiry_skips_a_notification_whose_reply_was_accepted(
-    folder_store, make_notification, caplog
-):
-    """R1: a notification with an accepted reply whose relay is pending is still `sent`; the
-    sweep must not expire it. A relay that finds its notification no longer open logs it
-    (never a silent skip)."""
-    notification = make_notification(expires_at=timezone.now() + timedelta(minutes=30))
-    folder_store.put("m", build_mail(token=notification.token, body="Please cut section 3."))
-    poll_once()
-    reply = Reply.objects.get()
-    notification.refresh_from_db()
-    assert notification.status == NStatus.SENT  # the relay has not run yet
-
-    summary = sweep_proposal_reviews(now=timezone.now() + timedelta(hours=2))
-    assert summary.expired == 0
-    notification.refresh_from_db()
-    assert notification.status == NStatus.SENT
-
-    # And if it was expired meanwhile, the relay says so instead of skipping silently.
-    EmailNotification.objects.filter(pk=notification.pk).update(status=NStatus.EXPIRED)
-    with caplog.at_level(logging.INFO, logger="inbound_email.services"):
-        assert reply_relay(reply_id=reply.pk) == "inboxed"
-    late = [r for r in caplog.records if getattr(r, "action", "") == "reply_late"]
-    assert len(late) == 1 and "expired" in late[0].getMessage()
-    assert InboundEmail.objects.get().status == Status.PROCESSED
-
-
-# --- R2: instructions to a digest cannot be routed --------------------------------------------
 
 
 @pytest.mark.parametrize("body", ["Please merge the two proposals.", "5"])
@@ -127,39 +48,6 @@ def test_r2_unsubscribe_from_a_digest_still_works(folder_store, make_notificatio
     poll_once()
     assert InboundEmail.objects.get().detail == "unsubscribed: notifications paused"
     assert NotificationPreference.objects.get(user=digest.user).rung == "paused"
-
-
-# --- R3: deleting a proposal strands the mail -----------------------------------------------
-
-
-def test_r3_a_proposal_with_replies_cannot_be_deleted(folder_store, notification, admin_client):
-    """R3: deleting a proposal cascaded through its notifications to the Reply and left the
-    mail `awaiting_relay` forever. The Reply protects its notification, and the admin offers
-    no delete for proposals or preferences (deleting a preference un-pauses a user)."""
-    folder_store.put("m", build_mail(token=notification.token, body="Please cut section 3."))
-    poll_once()
-    assert Reply.objects.count() == 1
-
-    with pytest.raises(ProtectedError):
-        notification.proposal.delete()
-    assert Reply.objects.count() == 1
-    assert InboundEmail.objects.get().status == Status.AWAITING_RELAY
-
-    proposal_delete = reverse(
-        "admin:notifications_proposal_delete", args=[notification.proposal.pk]
-    )
-    assert admin_client.get(proposal_delete).status_code == 403
-    preference, _ = NotificationPreference.objects.update_or_create(
-        user=notification.user, defaults={"rung": "paused"}
-    )
-    preference_delete = reverse(
-        "admin:notifications_notificationpreference_delete", args=[preference.pk]
-    )
-    assert admin_client.post(preference_delete, {"post": "yes"}).status_code == 403
-    assert NotificationPreference.objects.get(pk=preference.pk).rung == "paused"
-
-
-# --- R4: unsubscribe is reliable ------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -216,65 +104,6 @@ def test_r4_a_sentence_mentioning_unsubscribe_is_an_instruction(folder_store, no
     assert not NotificationPreference.objects.filter(rung="paused").exists()
 
 
-# --- R6: operator alarms can be acknowledged --------------------------------------------------
-
-
-def _operator_reply(folder_store, notification) -> Reply:
-    folder_store.put("m", build_mail(token=notification.token, body="Please add Kim."))
-    poll_once()
-    Reply.objects.update(needs_operator=True, relay_last_error="channel_not_found")
-    return Reply.objects.get()
-
-
-def test_r6_operator_acknowledges_a_needs_operator_reply_in_the_admin(
-    folder_store, notification, admin_client
-):
-    """R6: `needs_operator` could never be cleared, so the alarm fired forever."""
-    reply = _operator_reply(folder_store, notification)
-    response = admin_client.post(
-        reverse("admin:inbound_email_reply_changelist"),
-        {"action": "acknowledge", "_selected_action": [reply.pk]},
-        follow=True,
-    )
-    assert response.status_code == 200
-    assert "1 reply(ies) acknowledged" in response.content.decode()
-    reply.refresh_from_db()
-    assert reply.operator_acknowledged_at is not None
-    assert reply.needs_operator  # the history stays: it did need an operator
-
-
-def test_r6_acknowledge_needs_the_change_permission(folder_store, notification, client):
-    from django.contrib.auth.models import Permission
-
-    reply = _operator_reply(folder_store, notification)
-    viewer = baker.make("auth.User", username="viewer", is_staff=True)
-    viewer.user_permissions.add(Permission.objects.get(codename="view_reply"))
-    client.force_login(viewer)
-    response = client.post(
-        reverse("admin:inbound_email_reply_changelist"),
-        {"action": "acknowledge", "_selected_action": [reply.pk]},
-    )
-    assert response.status_code in (200, 302)
-    reply.refresh_from_db()
-    assert reply.operator_acknowledged_at is None
-
-
-def test_r6_acknowledge_service_only_takes_replies_that_need_an_operator(
-    folder_store, notification
-):
-    from inbound_email.services import reply_acknowledge
-
-    folder_store.put("m", build_mail(token=notification.token, body="5"))
-    poll_once()
-    reply = Reply.objects.get()
-    assert reply_acknowledge(reply_ids=[reply.pk]) == 0
-    reply.refresh_from_db()
-    assert reply.operator_acknowledged_at is None
-
-
-# --- R7: In-Reply-To with the full Message-ID ---------------------------------------------------
-
-
 def test_r7_in_reply_to_matches_a_full_message_id_from_the_django_sender(
     folder_store, make_notification
 ):
@@ -291,3 +120,114 @@ def test_r7_in_reply_to_matches_a_full_message_id_from_the_django_sender(
     row = InboundEmail.objects.get()
     assert (row.status, row.reason) == (Status.PROCESSED, Reason.NONE)
     assert Reply.objects.get().notification == notification
+
+
+def test_string_rating_is_coerced(store, notification):
+    store.put(
+        key(store, "m"), build_mail(token=notification.token, body="Rating: 4/5\nAdd a timeline.")
+    )
+    poll_once()
+    reply = Reply.objects.get()
+    assert (reply.rating, reply.instruction) == (4, "Add a timeline.")
+
+
+def test_rate_limit_is_enforced_from_the_database(folder_store, notification, settings):
+    """COR-19: MAX_REPLIES_PER_TOKEN_PER_HOUR was defined and never used."""
+    settings.MAX_REPLIES_PER_TOKEN_PER_HOUR = 2
+    for i in range(3):
+        folder_store.put(f"r{i}", build_mail(token=notification.token, body=f"{i + 1}"))
+    poll_once()
+    rows = InboundEmail.objects.order_by("store_key")
+    assert [r.status for r in rows] == [Status.PROCESSED, Status.PROCESSED, Status.REJECTED]
+    assert rows[2].reason == Reason.RATE_LIMITED
+    assert "2 replies in the last hour (limit 2)" in rows[2].detail
+    assert Reply.objects.count() == 2
+
+
+def test_rate_limit_window_is_one_hour(folder_store, notification, settings):
+    settings.MAX_REPLIES_PER_TOKEN_PER_HOUR = 1
+    folder_store.put("old", build_mail(token=notification.token, body="1"))
+    poll_once()
+    Reply.objects.update(created_at=timezone.now() - timedelta(minutes=61))
+    folder_store.put("new", build_mail(token=notification.token, body="2"))
+    poll_once()
+    assert InboundEmail.objects.get(store_key="new").status == Status.PROCESSED
+
+
+def test_spoofed_sender_is_rejected(folder_store, notification):
+    folder_store.put("s", build_mail(token=notification.token, sender="mallory@evil.example"))
+    poll_once()
+    row = InboundEmail.objects.get()
+    assert (row.status, row.reason) == (Status.REJECTED, Reason.SENDER_MISMATCH)
+    assert "m***@evil.example" in row.detail and "mallory" not in row.detail
+    notification.refresh_from_db()
+    assert notification.status == EmailNotification.Status.SENT
+    assert not Reply.objects.exists()
+
+
+def test_expired_token_is_rejected(folder_store, make_notification):
+    expired = make_notification(expires_at=timezone.now() - timedelta(minutes=1))
+    folder_store.put("e", build_mail(token=expired.token))
+    poll_once()
+    row = InboundEmail.objects.get()
+    assert (row.status, row.reason) == (Status.REJECTED, Reason.EXPIRED_TOKEN)
+
+
+def test_unknown_and_missing_token_are_rejected(folder_store):
+    folder_store.put("u", build_mail(token="ab" * 32))
+    folder_store.put("n", build_mail(token=None))
+    poll_once()
+    reasons = dict(InboundEmail.objects.values_list("store_key", "reason"))
+    assert reasons == {"u": Reason.UNKNOWN_TOKEN, "n": Reason.NO_TOKEN}
+
+
+def test_token_from_in_reply_to(folder_store, notification):
+    mail = build_mail(
+        token=None,
+        body="5",
+        headers={"In-Reply-To": f"<{notification.ses_message_id}@email.amazonses.com>"},
+    )
+    folder_store.put("irt", mail)
+    poll_once()
+    assert InboundEmail.objects.get().status == Status.PROCESSED
+    assert Reply.objects.get().notification == notification
+
+
+@pytest.mark.parametrize(
+    ("headers", "sender", "reason"),
+    [
+        ({"Auto-Submitted": "auto-replied"}, PI_ADDRESS, Reason.AUTO_REPLY),
+        ({"Precedence": "bulk"}, PI_ADDRESS, Reason.AUTO_REPLY),
+        ({"X-Autoreply": "yes"}, PI_ADDRESS, Reason.AUTO_REPLY),
+        ({}, "MAILER-DAEMON@university.example", Reason.BOUNCE),
+    ],
+)
+def test_auto_replies_and_bounces_never_count(folder_store, notification, headers, sender, reason):
+    folder_store.put("a", build_mail(token=notification.token, sender=sender, headers=headers))
+    poll_once()
+    row = InboundEmail.objects.get()
+    assert (row.status, row.reason) == (Status.REJECTED, reason)
+    notification.refresh_from_db()
+    assert notification.status == EmailNotification.Status.SENT
+
+
+def test_list_unsubscribe_mail_pauses_the_user_and_relays_nothing(folder_store, notification):
+    """The List-Unsubscribe mailto our notifications advertise (subject "unsubscribe") pauses
+    the user; it is not an instruction for the agent."""
+    from notifications.models import NotificationPreference
+
+    folder_store.put("unsub", build_mail(token=notification.token, subject="unsubscribe", body=""))
+    folder_store.put(
+        "spoofed-unsub",
+        build_mail(
+            token=notification.token, subject="unsubscribe", body="", sender="x@evil.example"
+        ),
+    )
+    poll_once()
+    rows = {row.store_key: row for row in InboundEmail.objects.all()}
+    assert rows["unsub"].status == Status.PROCESSED
+    assert rows["unsub"].detail == "unsubscribed: notifications paused"
+    assert rows["spoofed-unsub"].reason == Reason.SENDER_MISMATCH
+    assert NotificationPreference.objects.get(user=notification.user).rung == "paused"
+    assert not Reply.objects.exists()
+    assert run_pending().claimed == 0

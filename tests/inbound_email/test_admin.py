@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
+from model_bakery import baker
 
-from inbound_email.models import InboundEmail
+from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
 from tests.support.mail import build_mail
 from tests.support.stores import FlakyStore
@@ -107,3 +108,43 @@ def test_processed_mail_cannot_be_reprocessed(admin_client, folder_store, notifi
     assert "only quarantined or rejected" in response.content.decode()
     row.refresh_from_db()
     assert row.status == "processed"
+
+
+def _operator_reply(folder_store, notification) -> Reply:
+    folder_store.put("m", build_mail(token=notification.token, body="Please add Kim."))
+    poll_once()
+    Reply.objects.update(needs_operator=True, relay_last_error="channel_not_found")
+    return Reply.objects.get()
+
+
+def test_r6_operator_acknowledges_a_needs_operator_reply_in_the_admin(
+    folder_store, notification, admin_client
+):
+    """R6: `needs_operator` could never be cleared, so the alarm fired forever."""
+    reply = _operator_reply(folder_store, notification)
+    response = admin_client.post(
+        reverse("admin:inbound_email_reply_changelist"),
+        {"action": "acknowledge", "_selected_action": [reply.pk]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "1 reply(ies) acknowledged" in response.content.decode()
+    reply.refresh_from_db()
+    assert reply.operator_acknowledged_at is not None
+    assert reply.needs_operator  # the history stays: it did need an operator
+
+
+def test_r6_acknowledge_needs_the_change_permission(folder_store, notification, client):
+    from django.contrib.auth.models import Permission
+
+    reply = _operator_reply(folder_store, notification)
+    viewer = baker.make("auth.User", username="viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_reply"))
+    client.force_login(viewer)
+    response = client.post(
+        reverse("admin:inbound_email_reply_changelist"),
+        {"action": "acknowledge", "_selected_action": [reply.pk]},
+    )
+    assert response.status_code in (200, 302)
+    reply.refresh_from_db()
+    assert reply.operator_acknowledged_at is None

@@ -3,10 +3,13 @@ inbox; the mail is deleted and the notification marked responded only once it is
 
 from __future__ import annotations
 
+import logging
 import time
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from model_bakery import baker
 
 from canonical_ids.models import Message
 from inbound_email.models import InboundEmail, Reply
@@ -14,12 +17,14 @@ from inbound_email.poller import poll_once
 from inbound_email.services import reply_relay
 from jobs import run_pending
 from jobs.models import Job
-from notifications.models import EmailNotification
+from notifications.models import EmailNotification, NotificationPreference
+from notifications.sweeps import sweep_proposal_reviews
 from tests.support.mail import build_mail
 from tests.support.slack_server import SlackServer
 from tests.support.stores import intake_keys
 
 Status = InboundEmail.Status
+NStatus = EmailNotification.Status
 INSTRUCTION = "Rating: 3\nPlease shorten the abstract <!channel> and ask <@U123ABC> & co."
 
 
@@ -221,3 +226,72 @@ def test_long_instruction_is_truncated_in_slack_only(folder_store, notification,
     run_pending()
     assert len(slack.posts[0]["text"]) < 3300 and "truncated" in slack.posts[0]["text"]
     assert len(Reply.objects.get().instruction) == 5000
+
+
+@pytest.mark.django_db
+def test_r1_on_time_instruction_counts_even_when_the_sweep_runs_before_the_relay(
+    folder_store, make_notification, slack, settings
+):
+    """R1: the reply was saved on time but the relay (Slack backoff) had not finished when the
+    review sweep ran: the sweep wrote `expired` and counted a miss (stepping the PI down), and
+    the relay later skipped marking it responded. An accepted reply is never expired; the
+    notification is marked responded (count reset) once the instruction is posted, and the
+    mail stays in the intake until then (I8)."""
+    settings.INBOUND_RELAY_BACKOFF_BASE_SECONDS = 3600  # the retry is an hour away
+    slack.default = SlackServer.error("internal_error")
+    notification = make_notification(expires_at=timezone.now() + timedelta(minutes=30))
+    baker.make(NotificationPreference, user=notification.user, consecutive_missed=2)
+    folder_store.put("m", build_mail(token=notification.token, body="Please cut section 3."))
+
+    poll_once()
+    run_pending()  # the first Slack post fails; the next attempt is an hour away
+    reply = Reply.objects.get()
+    assert reply.relay_status == Reply.RelayStatus.PENDING
+
+    summary = sweep_proposal_reviews(now=timezone.now() + timedelta(hours=2))
+
+    assert summary.expired == 0
+    notification.refresh_from_db()
+    assert notification.status == NStatus.SENT  # not expired; responded only once relayed
+    preference = NotificationPreference.objects.get(user=notification.user)
+    assert (preference.consecutive_missed, preference.rung) == (2, "immediate")
+    # I8: the instruction is still pending and its mail still in the intake.
+    assert InboundEmail.objects.get().status == Status.AWAITING_RELAY
+    assert intake_keys(folder_store) == ["m"]
+
+    slack.default = SlackServer.ok()
+    Reply.objects.update(relay_next_attempt_at=None)
+    assert reply_relay(reply_id=reply.pk) == "posted"
+    assert InboundEmail.objects.get().status == Status.PROCESSED
+    notification.refresh_from_db()
+    assert notification.status == NStatus.RESPONDED
+    preference.refresh_from_db()
+    assert (preference.consecutive_missed, preference.rung) == (0, "immediate")
+
+
+@pytest.mark.django_db
+def test_r1_expiry_skips_a_notification_whose_reply_was_accepted(
+    folder_store, make_notification, caplog
+):
+    """R1: a notification with an accepted reply whose relay is pending is still `sent`; the
+    sweep must not expire it. A relay that finds its notification no longer open logs it
+    (never a silent skip)."""
+    notification = make_notification(expires_at=timezone.now() + timedelta(minutes=30))
+    folder_store.put("m", build_mail(token=notification.token, body="Please cut section 3."))
+    poll_once()
+    reply = Reply.objects.get()
+    notification.refresh_from_db()
+    assert notification.status == NStatus.SENT  # the relay has not run yet
+
+    summary = sweep_proposal_reviews(now=timezone.now() + timedelta(hours=2))
+    assert summary.expired == 0
+    notification.refresh_from_db()
+    assert notification.status == NStatus.SENT
+
+    # And if it was expired meanwhile, the relay says so instead of skipping silently.
+    EmailNotification.objects.filter(pk=notification.pk).update(status=NStatus.EXPIRED)
+    with caplog.at_level(logging.INFO, logger="inbound_email.services"):
+        assert reply_relay(reply_id=reply.pk) == "inboxed"
+    late = [r for r in caplog.records if getattr(r, "action", "") == "reply_late"]
+    assert len(late) == 1 and "expired" in late[0].getMessage()
+    assert InboundEmail.objects.get().status == Status.PROCESSED

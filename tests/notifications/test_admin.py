@@ -1,15 +1,16 @@
-"""Entry points: the admin (read-only rows, restore action), run_sweeps, the scheduled tasks."""
+"""The admin: read-only notification rows, the restore-rung and retry-failed actions."""
 
 from __future__ import annotations
 
-import pytest
-from django.core.management import call_command
-from django.urls import reverse
+from datetime import UTC, datetime
 
-from notifications import tasks
+import pytest
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+from model_bakery import baker
+
 from notifications.models import EmailNotification, NotificationPreference
 from notifications.sweeps import sweep_new_proposals
-from ops.schedules import SCHEDULES
 
 pytestmark = pytest.mark.django_db
 Rung = NotificationPreference.Rung
@@ -47,28 +48,58 @@ def test_notification_admin_is_read_only_with_filters(make_pi, admin_client):
     assert admin_client.get(reverse("admin:notifications_emailnotification_add")).status_code == 403
 
 
-def test_run_sweeps_once_prints_summaries(make_pi, capsys):
-    make_pi()
-    call_command("run_sweeps", "--once")
-    out = capsys.readouterr().out
-    assert "new_proposal: users=1 sent=1 failed=0 expired=0" in out
-    assert "proposal_review: users=1 sent=1" in out
-    assert "digest: users=0 sent=0" in out
-    call_command("run_sweeps", "--once", "--sweep", "digest")
-    assert capsys.readouterr().out.startswith("digest: ")
+MONDAY_9 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 
-def test_scheduled_task_paths_exist_and_return_summaries(make_pi):
-    make_pi()
-    paths = [spec.func for spec in SCHEDULES if spec.func.startswith("notifications.")]
-    assert paths == [
-        "notifications.tasks.new_proposal_sweep",
-        "notifications.tasks.proposal_review_sweep",
-        "notifications.tasks.digest_sweep",
-    ]
-    results = [getattr(tasks, path.rsplit(".", 1)[1])() for path in paths]
-    assert [(r["sweep"], r["sent"]) for r in results] == [
-        ("new_proposal", 1),
-        ("proposal_review", 1),
-        ("digest", 0),
-    ]
+Status = EmailNotification.Status
+
+
+def _digest(user, status: str) -> EmailNotification:
+    return baker.make(
+        EmailNotification,
+        user=user,
+        kind=EmailNotification.Kind.DIGEST,
+        proposal=None,
+        status=status,
+        to_address=user.email,
+        claimed_at=MONDAY_9 if status == Status.SENDING else None,
+    )
+
+
+def test_r5_retrying_a_failed_digest_while_another_is_unsent_reports_instead_of_500(
+    make_pi, admin_client
+):
+    """R5: retrying a failed digest while the user already has an unsent one hit the unique
+    constraint `one_unsent_digest_per_user`: an uncaught IntegrityError, HTTP 500, and the
+    other selected rows were not retried either."""
+    blocked_user, free_user = make_pi(rung="daily"), make_pi(rung="daily")
+    blocked = _digest(blocked_user, Status.FAILED)
+    _digest(blocked_user, Status.PENDING)
+    free = _digest(free_user, Status.FAILED)
+
+    response = admin_client.post(
+        reverse("admin:notifications_emailnotification_changelist"),
+        {"action": "retry_failed", "_selected_action": [blocked.pk, free.pk]},
+        follow=True,
+    )
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Queued 1 failed notification(s) again." in page
+    assert f"#{blocked.pk} could not be retried" in page
+    assert "unsent digest" in page
+    blocked.refresh_from_db()
+    free.refresh_from_db()
+    assert (blocked.status, free.status) == (Status.FAILED, Status.PENDING)
+
+
+def test_r5_retry_needs_the_change_permission(make_pi, client):
+    row = _digest(make_pi(rung="daily"), Status.FAILED)
+    viewer = baker.make("auth.User", username="viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_emailnotification"))
+    client.force_login(viewer)
+    url = reverse("admin:notifications_emailnotification_changelist")
+    assert "retry_failed" not in client.get(url).content.decode()
+    client.post(url, {"action": "retry_failed", "_selected_action": [row.pk]})
+    row.refresh_from_db()
+    assert row.status == Status.FAILED

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email
+from datetime import UTC, datetime
 from email import policy
 
 import pytest
@@ -12,7 +13,7 @@ from django.utils import timezone
 from notifications.mail import DjangoEmailSender, OutgoingEmail
 from notifications.models import EmailNotification
 from notifications.reply_address import reply_address_for, token_from_address
-from notifications.sweeps import sweep_new_proposals, sweep_proposal_reviews
+from notifications.sweeps import sweep_digests, sweep_new_proposals, sweep_proposal_reviews
 
 pytestmark = pytest.mark.django_db
 
@@ -93,3 +94,19 @@ def test_users_without_address_or_inactive_are_skipped(make_pi):
     summary = sweep_proposal_reviews(now=timezone.now())
     assert (summary.users, summary.skipped, summary.sent) == (2, 2, 0)
     assert not EmailNotification.objects.exists()
+
+
+MONDAY_9 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+
+
+def test_r2_digest_does_not_invite_instructions(make_pi):
+    """R2: the digest said "Reply to this email to give the agent instructions", but a digest
+    has no proposal, so such an instruction could not be routed to any conversation."""
+    make_pi(proposals=2, rung="daily")
+    assert sweep_digests(now=MONDAY_9).sent == 1
+    [message] = mail.outbox
+    html = message.alternatives[0][0]
+    for text in (message.body, html):
+        assert "instruction" not in text.lower()
+        assert "reply to this email" not in text.lower()
+        assert "unsubscribe" in text  # the way out is still offered
