@@ -12,8 +12,8 @@ from canonical_ids.models import WriterSlotLease
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_v11_four_leased_minters_get_distinct_slots_and_never_collide(minters):
-    """Acceptance 2 through the real leases: 4 holders x 200 ids, zero collisions."""
+def test_four_leased_minters_get_distinct_slots_and_never_collide(minters):
+    """V11, acceptance 2 through the real leases: 4 holders x 200 ids, zero collisions."""
     holders = [minters() for _ in range(4)]
     ids = [h.mint() for _ in range(200) for h in holders]
     slots = {h.slot for h in holders}
@@ -40,8 +40,8 @@ def test_lease_row_names_the_holder(minters):
     assert row.expires_at > row.renewed_at
 
 
-def test_i1_a_fixed_role_slot_has_one_live_holder(settings, minters):
-    """Two processes configured as "web" cannot both mint in slot 1: the second one raises."""
+def test_a_fixed_role_slot_has_one_live_holder(settings, minters):
+    """I1: two processes configured as "web" cannot both mint in slot 1: the second one raises."""
     settings.CANONICAL_IDS_ROLE = "web"
     first = minters()
     assert parse_ts(first.mint()) % 100 == 1
@@ -49,7 +49,8 @@ def test_i1_a_fixed_role_slot_has_one_live_holder(settings, minters):
         minters().mint()
 
 
-def test_i1_an_exhausted_pool_raises(settings, minters):
+def test_an_exhausted_pool_raises(settings, minters):
+    """I1: with every slot of the pool held, one more minter raises; it never shares a slot."""
     settings.CANONICAL_IDS_WORKER_POOL = "70-71"
     minters().mint()
     minters().mint()

@@ -15,7 +15,7 @@ from canonical_ids.minter import MICROS, TsMinter, format_ts, parse_ts
 T0 = 1_785_421_880.733
 
 
-def test_v11_two_minters_with_the_same_slot_mint_the_identical_id(clock):
+def test_two_minters_with_the_same_slot_mint_the_identical_id(clock):
     """V11 reproduction: the web and the worker both minting in slot 1 collide.
 
     The mechanism is real, so every process must hold a slot of its own.
@@ -26,8 +26,8 @@ def test_v11_two_minters_with_the_same_slot_mint_the_identical_id(clock):
     assert web.mint() == worker.mint() == "1785421880.000001"
 
 
-def test_v11_four_distinct_slots_mint_no_collision(clock):
-    """The report's control: four slots x 200 ids in the same ticks never collide."""
+def test_four_distinct_slots_mint_no_collision(clock):
+    """V11: the report's control: four slots x 200 ids in the same ticks never collide."""
     clock.now = T0
     minters = [TsMinter(slot, time_source=clock.time, sleep=clock.sleep) for slot in (1, 2, 3, 4)]
     ids = []
@@ -50,8 +50,8 @@ def test_ids_have_the_slack_format_and_the_slot_residue(clock):
     assert format_ts(parse_ts(ts)) == ts
 
 
-def test_i2_clock_stepped_back_never_repeats(clock):
-    """A clock that steps back 30 s keeps counting from the last id."""
+def test_clock_stepped_back_never_repeats(clock):
+    """I2: a clock that steps back 30 s keeps counting from the last id."""
     clock.now = T0
     minter = TsMinter(7, time_source=clock.time, sleep=clock.sleep)
     before = [minter.mint() for _ in range(5)]
@@ -63,7 +63,8 @@ def test_i2_clock_stepped_back_never_repeats(clock):
     assert clock.sleeps == []  # carrying on from the last id needs no wait
 
 
-def test_i2_clock_stepped_back_carries_into_the_next_tick_without_waiting(clock):
+def test_clock_stepped_back_carries_into_the_next_tick_without_waiting(clock):
+    """I2: a step back at the end of a tick carries into the next tick at once, no sleep."""
     clock.now = T0
     minter = TsMinter(7, time_source=clock.time, sleep=clock.sleep)
     for _ in range(9_999):
@@ -75,8 +76,9 @@ def test_i2_clock_stepped_back_carries_into_the_next_tick_without_waiting(clock)
     assert clock.sleeps == []
 
 
-def test_i2_exhausting_a_tick_waits_for_the_next(clock):
-    """10,000 ids per second per slot: the 10,001st waits until the clock reaches the next tick."""
+def test_exhausting_a_tick_waits_for_the_next(clock):
+    """I2: 10,000 ids per second per slot: the 10,001st waits until the clock reaches the next
+    tick."""
     clock.now = T0
     minter = TsMinter(4, time_source=clock.time, sleep=clock.sleep)
     tick = [minter.mint() for _ in range(10_000)]
@@ -101,8 +103,9 @@ def test_a_new_floor_from_another_slot_starts_above_it(clock):
     steps=st.lists(st.floats(min_value=-3.0, max_value=3.0), min_size=1, max_size=40),
     burst=st.integers(min_value=1, max_value=300),
 )
-def test_i2_strictly_increasing_under_any_clock(slot, steps, burst):
-    """Whatever the clock does (jumps, steps back, stalls), ids strictly increase in the class."""
+def test_strictly_increasing_under_any_clock(slot, steps, burst):
+    """I2: whatever the clock does (jumps, steps back, stalls), ids strictly increase in the
+    class."""
     now = [T0]
     minter = TsMinter(
         slot,
@@ -118,8 +121,8 @@ def test_i2_strictly_increasing_under_any_clock(slot, steps, burst):
     assert all(v % MICROS < MICROS for v in values)
 
 
-def test_i1_minting_with_role_none_raises(settings, process_minter):
-    """No slot, no id: never a silent fallback to the web's slot 1."""
+def test_minting_with_role_none_raises(settings, process_minter):
+    """I1: no slot, no id: never a silent fallback to the web's slot 1."""
     settings.CANONICAL_IDS_ROLE = "none"
     process_minter()
     with pytest.raises(NoWriterSlot, match="holds no writer slot"):

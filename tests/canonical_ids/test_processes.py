@@ -58,10 +58,10 @@ def _forked_recorder(run_id: str, author: str, start_at: float, conn) -> None:
     conn.close()
 
 
-def test_v11_forked_and_separate_processes_record_concurrently_without_collision(
+def test_forked_and_separate_processes_record_concurrently_without_collision(
     process_minter,
 ):
-    """Acceptance 3: 2 forked + 2 manage.py processes x 2,000 messages into one run.
+    """V11, acceptance 3: 2 forked + 2 manage.py processes x 2,000 messages into one run.
 
     Zero IntegrityErrors (no conflict retries either), zero duplicates, one distinct slot per
     process, none of them a fixed writer's (1, 2, 3), and the forks did not inherit the
@@ -135,8 +135,9 @@ def _read_line(proc, timeout: float) -> str:
     return proc.stdout.readline()
 
 
-def test_v11_killed_process_slot_is_free_only_after_its_lease_expires():
-    """Acceptance 5: SIGKILL leaves the lease; the slot is refused until expiry, then reused."""
+def test_killed_process_slot_is_free_only_after_its_lease_expires():
+    """V11, acceptance 5: SIGKILL leaves the lease; the slot is refused until expiry, then
+    reused."""
     env = child_env(
         CANONICAL_IDS_WORKER_POOL="90",
         CANONICAL_IDS_LEASE_TTL="6",
@@ -167,8 +168,9 @@ def test_v11_killed_process_slot_is_free_only_after_its_lease_expires():
     assert WriterSlotLease.objects.get(slot=90).holder_pid != victim.pid
 
 
-def test_i1_each_django_q2_worker_process_claims_its_own_slot():
-    """A real qcluster: its forked worker processes each hold a distinct pool slot at start-up."""
+def test_each_django_q2_worker_process_claims_its_own_slot():
+    """I1: a real qcluster: its forked worker processes each hold a distinct pool slot at
+    start-up."""
     env = child_env(Q_WORKERS="2", LOG_LEVEL="INFO")
     cluster = spawn_manage_py("qcluster", env=env, start_new_session=True)
     try:

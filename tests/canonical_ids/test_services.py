@@ -55,19 +55,20 @@ def _retried_with_a_fresh_id(process_minter, clock) -> None:
 
 
 @pytest.mark.django_db
-def test_v11_conflicting_ts_is_retried_with_a_fresh_id_not_dropped(process_minter, clock):
-    """A (run_id, ts) already taken is retried with a fresh id (savepoint in a transaction)."""
+def test_conflicting_ts_is_retried_with_a_fresh_id_not_dropped(process_minter, clock):
+    """V11: a (run_id, ts) already taken is retried with a fresh id (savepoint in a transaction)."""
     _retried_with_a_fresh_id(process_minter, clock)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_v11_conflicting_ts_is_retried_in_autocommit_too(process_minter, clock):
-    """The same outside any transaction (each insert its own transaction)."""
+def test_conflicting_ts_is_retried_in_autocommit_too(process_minter, clock):
+    """V11: the same outside any transaction (each insert its own transaction)."""
     _retried_with_a_fresh_id(process_minter, clock)
 
 
 @pytest.mark.django_db
-def test_v11_conflicts_that_persist_raise_instead_of_dropping(process_minter, clock):
+def test_conflicts_that_persist_raise_instead_of_dropping(process_minter, clock):
+    """V11: a conflict that persists past the retries raises MessageConflict, never a drop."""
     process_minter(time_source=clock.time, sleep=clock.sleep)
     first = parse_ts(mint_ts())
     baker.make(

@@ -23,7 +23,7 @@ NStatus = EmailNotification.Status
 
 
 @pytest.mark.parametrize("body", ["Please merge the two proposals.", "5"])
-def test_r2_reply_to_a_digest_is_rejected_with_no_proposal(folder_store, make_notification, body):
+def test_reply_to_a_digest_is_rejected_with_no_proposal(folder_store, make_notification, body):
     """R2: a digest has no proposal, so its instructions failed every Slack attempt and landed
     in the inbox under run_id="". A reply to a notification without a proposal is rejected
     with a clear reason; the raw mail is kept (nothing is lost)."""
@@ -41,7 +41,8 @@ def test_r2_reply_to_a_digest_is_rejected_with_no_proposal(folder_store, make_no
     assert run_pending().claimed == 0
 
 
-def test_r2_unsubscribe_from_a_digest_still_works(folder_store, make_notification):
+def test_unsubscribe_from_a_digest_still_works(folder_store, make_notification):
+    """R2: rejecting instructions to a digest leaves its unsubscribe working."""
     digest = make_notification(kind=EmailNotification.Kind.DIGEST)
     EmailNotification.objects.filter(pk=digest.pk).update(proposal=None)
     folder_store.put("d", build_mail(token=digest.token, subject="unsubscribe", body=""))
@@ -60,7 +61,7 @@ def test_r2_unsubscribe_from_a_digest_still_works(folder_store, make_notificatio
         ("Re: Your proposal", "\n  Unsubscribe  \n"),
     ],
 )
-def test_r4_unsubscribe_is_honoured_expired_or_with_a_reply_prefix(
+def test_unsubscribe_is_honoured_expired_or_with_a_reply_prefix(
     folder_store, make_notification, subject, body
 ):
     """R4: an unsubscribe to an expired notification was rejected as expired_token, and
@@ -79,9 +80,10 @@ def test_r4_unsubscribe_is_honoured_expired_or_with_a_reply_prefix(
     assert run_pending().claimed == 0
 
 
-def test_r4_unsubscribe_still_needs_the_notified_sender_and_a_known_token(
+def test_unsubscribe_still_needs_the_notified_sender_and_a_known_token(
     folder_store, make_notification
 ):
+    """R4: the relaxed unsubscribe still rejects a spoofed sender and an unknown token."""
     notification = make_notification(
         status=NStatus.EXPIRED, expires_at=timezone.now() - timedelta(days=1)
     )
@@ -96,7 +98,8 @@ def test_r4_unsubscribe_still_needs_the_notified_sender_and_a_known_token(
     assert not NotificationPreference.objects.filter(rung="paused").exists()
 
 
-def test_r4_a_sentence_mentioning_unsubscribe_is_an_instruction(folder_store, notification):
+def test_a_sentence_mentioning_unsubscribe_is_an_instruction(folder_store, notification):
+    """R4: only a bare "unsubscribe" pauses; a sentence mentioning it is an instruction."""
     body = "Unsubscribe the co-PI from the mailing list, please."
     folder_store.put("i", build_mail(token=notification.token, body=body))
     poll_once()
@@ -104,7 +107,7 @@ def test_r4_a_sentence_mentioning_unsubscribe_is_an_instruction(folder_store, no
     assert not NotificationPreference.objects.filter(rung="paused").exists()
 
 
-def test_r7_in_reply_to_matches_a_full_message_id_from_the_django_sender(
+def test_in_reply_to_matches_a_full_message_id_from_the_django_sender(
     folder_store, make_notification
 ):
     """R7: the fallback compared only the part before "@" with ses_message_id, but the Django

@@ -11,9 +11,8 @@ from tests.support.mail import build_mail
 pytestmark = pytest.mark.django_db
 
 
-def test_r6_acknowledge_service_only_takes_replies_that_need_an_operator(
-    folder_store, notification
-):
+def test_acknowledge_only_takes_replies_that_need_an_operator(folder_store, notification):
+    """R6: acknowledging touches only replies that need an operator."""
     from inbound_email.services import reply_acknowledge
 
     folder_store.put("m", build_mail(token=notification.token, body="5"))

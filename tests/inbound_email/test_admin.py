@@ -117,7 +117,7 @@ def _operator_reply(folder_store, notification) -> Reply:
     return Reply.objects.get()
 
 
-def test_r6_operator_acknowledges_a_needs_operator_reply_in_the_admin(
+def test_operator_acknowledges_a_needs_operator_reply_in_the_admin(
     folder_store, notification, admin_client
 ):
     """R6: `needs_operator` could never be cleared, so the alarm fired forever."""
@@ -134,7 +134,8 @@ def test_r6_operator_acknowledges_a_needs_operator_reply_in_the_admin(
     assert reply.needs_operator  # the history stays: it did need an operator
 
 
-def test_r6_acknowledge_needs_the_change_permission(folder_store, notification, client):
+def test_acknowledge_needs_the_change_permission(folder_store, notification, client):
+    """R6: a staff user with only the view permission cannot acknowledge."""
     from django.contrib.auth.models import Permission
 
     reply = _operator_reply(folder_store, notification)

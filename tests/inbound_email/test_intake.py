@@ -33,7 +33,7 @@ UNKNOWN_8BIT_MAIL = (
 )
 
 
-def test_cor19_poison_pills_are_handled_and_never_fetched_again(
+def test_poison_pills_are_handled_and_never_fetched_again(
     s3_store, make_notification, django_capture_on_commit_callbacks
 ):
     """COR-19: charset=unknown-8bit raised LookupError and a string rating raised TypeError;

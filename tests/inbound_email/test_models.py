@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 Status = InboundEmail.Status
 
 
-def test_r3_a_proposal_with_replies_cannot_be_deleted(folder_store, notification, admin_client):
+def test_a_proposal_with_replies_cannot_be_deleted(folder_store, notification, admin_client):
     """R3: deleting a proposal cascaded through its notifications to the Reply and left the
     mail `awaiting_relay` forever. The Reply protects its notification, and the admin offers
     no delete for proposals or preferences (deleting a preference un-pauses a user)."""

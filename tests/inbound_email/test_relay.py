@@ -81,7 +81,7 @@ def test_slack_off_instruction_lands_in_the_database_inbox(folder_store, notific
 
 
 @pytest.mark.django_db(transaction=True)
-def test_cor32_failed_posts_never_mark_responded_or_delete_the_mail(
+def test_failed_posts_never_mark_responded_or_delete_the_mail(
     s3_store, notification, slack, settings
 ):
     """COR-32: with Slack on, a failed post returned False yet the caller marked the
@@ -229,7 +229,7 @@ def test_long_instruction_is_truncated_in_slack_only(folder_store, notification,
 
 
 @pytest.mark.django_db
-def test_r1_on_time_instruction_counts_even_when_the_sweep_runs_before_the_relay(
+def test_on_time_instruction_counts_even_when_the_sweep_runs_before_the_relay(
     folder_store, make_notification, slack, settings
 ):
     """R1: the reply was saved on time but the relay (Slack backoff) had not finished when the
@@ -270,7 +270,7 @@ def test_r1_on_time_instruction_counts_even_when_the_sweep_runs_before_the_relay
 
 
 @pytest.mark.django_db
-def test_r1_expiry_skips_a_notification_whose_reply_was_accepted(
+def test_expiry_skips_a_notification_whose_reply_was_accepted(
     folder_store, make_notification, caplog
 ):
     """R1: a notification with an accepted reply whose relay is pending is still `sent`; the

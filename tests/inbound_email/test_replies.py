@@ -41,7 +41,7 @@ def test_rating_is_coerced(value, expected):
         ([4], "of type list"),
     ],
 )
-def test_cor19_string_rating_is_rejected_with_reason_not_compared(value, reason):
+def test_string_rating_is_rejected_with_reason_not_compared(value, reason):
     """COR-19: `rating < 1` on a str raised TypeError and poisoned the object forever."""
     with pytest.raises(InvalidRating, match=reason.replace("(", r"\(")):
         coerce_rating(value)

@@ -49,7 +49,7 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 
 @pytest.mark.django_db
-def test_cor18_orphan_is_requeued_with_backoff_and_the_attempt_counted(capsys):
+def test_orphan_is_requeued_with_backoff_and_the_attempt_counted(capsys):
     """COR-18: the old worker wrote started_at but nothing read it; an orphan stayed forever."""
     orphan = _orphan()
     alive = _orphan(lease_expires_at=timezone.now() + timedelta(minutes=1), locked_by="alive")

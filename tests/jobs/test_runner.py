@@ -18,7 +18,7 @@ User = get_user_model()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_cor17_database_error_in_handler_is_rolled_back_then_recorded():
+def test_database_error_in_handler_is_rolled_back_then_recorded():
     """COR-17: a handler whose failure is a database error (IntegrityError in its own
     transaction). The old worker committed the failure on the aborted transaction, which
     raised InFailedSqlTransaction and left the row `processing`. Here the runner rolls back

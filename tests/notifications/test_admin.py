@@ -66,7 +66,7 @@ def _digest(user, status: str) -> EmailNotification:
     )
 
 
-def test_r5_retrying_a_failed_digest_while_another_is_unsent_reports_instead_of_500(
+def test_retrying_a_failed_digest_while_another_is_unsent_reports_instead_of_500(
     make_pi, admin_client
 ):
     """R5: retrying a failed digest while the user already has an unsent one hit the unique
@@ -93,7 +93,8 @@ def test_r5_retrying_a_failed_digest_while_another_is_unsent_reports_instead_of_
     assert (blocked.status, free.status) == (Status.FAILED, Status.PENDING)
 
 
-def test_r5_retry_needs_the_change_permission(make_pi, client):
+def test_retry_needs_the_change_permission(make_pi, client):
+    """R5: retry is offered to, and runs for, users with the change permission only."""
     row = _digest(make_pi(rung="daily"), Status.FAILED)
     viewer = baker.make("auth.User", username="viewer", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_emailnotification"))

@@ -99,7 +99,7 @@ def test_users_without_address_or_inactive_are_skipped(make_pi):
 MONDAY_9 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
 
 
-def test_r2_digest_does_not_invite_instructions(make_pi):
+def test_digest_does_not_invite_instructions(make_pi):
     """R2: the digest said "Reply to this email to give the agent instructions", but a digest
     has no proposal, so such an instruction could not be routed to any conversation."""
     make_pi(proposals=2, rung="daily")

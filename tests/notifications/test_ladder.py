@@ -34,7 +34,7 @@ def _open_request(user, proposal) -> EmailNotification:
     )
 
 
-def test_v4_three_expiries_step_down_one_rung_while_another_request_is_outstanding(
+def test_three_expiries_step_down_one_rung_while_another_request_is_outstanding(
     make_pi, ses, settings, caplog
 ):
     """Defect V4: "expired" was never written, and consecutive_missed was bumped only past an
@@ -76,7 +76,8 @@ def test_v4_three_expiries_step_down_one_rung_while_another_request_is_outstandi
     assert (record.user_id, record.from_rung, record.to_rung) == (pi.pk, "immediate", "daily")
 
 
-def test_v4_a_reply_resets_the_missed_count(make_pi, ses):
+def test_a_reply_resets_the_missed_count(make_pi, ses):
+    """V4: a reply sets the missed count back to 0 and the rung holds."""
     pi = make_pi()
     proposal = pi.proposals.get()
     t0 = timezone.now()

@@ -25,7 +25,7 @@ Status = EmailNotification.Status
 
 
 @pytest.mark.django_db(transaction=True)
-def test_v4_ses_rejection_leaves_no_phantom_sent_and_next_cycle_sends_once(
+def test_ses_rejection_leaves_no_phantom_sent_and_next_cycle_sends_once(
     make_pi, ses_unverified, settings
 ):
     """Defect V4: the old sweep flushed status="sent" before calling SES, so a refused send
@@ -58,8 +58,8 @@ def test_v4_ses_rejection_leaves_no_phantom_sent_and_next_cycle_sends_once(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_v4_throttled_send_retries_then_fails_after_max_attempts(make_pi, aws_env, settings):
-    """An error answered at the client (botocore Stubber): pending with backoff, then failed."""
+def test_throttled_send_retries_then_fails_after_max_attempts(make_pi, aws_env, settings):
+    """V4: an error answered at the client (botocore Stubber): pending with backoff, then failed."""
     settings.NOTIFICATION_SEND_MAX_ATTEMPTS = 2
     pi = make_pi()
     client = boto3.client("ses", region_name="us-east-1")
@@ -93,10 +93,8 @@ def _silent_endpoint() -> socket.socket:
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_v4_crash_between_claim_and_ses_is_reconciled_without_losing_the_mail(
-    make_pi, ses, settings
-):
-    """A worker killed (-9) while SES holds the call leaves the row `sending`; the next
+def test_crash_between_claim_and_ses_is_reconciled_without_losing_the_mail(make_pi, ses, settings):
+    """V4: a worker killed (-9) while SES holds the call leaves the row `sending`; the next
     cycle after the claim timeout hands it back and sends it once."""
     pi = make_pi()
     listener = _silent_endpoint()

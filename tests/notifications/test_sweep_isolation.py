@@ -35,7 +35,7 @@ def _commit_when_blocked(conn: psycopg.Connection, done: threading.Event) -> Non
 
 
 @pytest.mark.django_db(transaction=True)
-def test_v4_integrity_error_for_one_user_does_not_abort_the_sweep(make_pi, ses, caplog):
+def test_integrity_error_for_one_user_does_not_abort_the_sweep(make_pi, ses, caplog):
     """Defect V4: the old sweeps never rolled back, so one IntegrityError poisoned the session
     and the final commit aborted the cycle for every later user.
 

@@ -60,7 +60,7 @@ def test_stuck_job_and_quarantined_mail_are_reported_with_a_failing_exit_code(ca
     assert len(report["needs_operator"]) == 2
 
 
-def test_r6_acknowledged_operator_replies_no_longer_alarm_and_stuck_relays_do(capsys):
+def test_acknowledged_operator_replies_no_longer_alarm_and_stuck_relays_do(capsys):
     """R6: a `needs_operator` reply alarmed forever (no way to acknowledge it), and mail
     stuck in `awaiting_relay` was never reported."""
     from inbound_email.models import Reply
