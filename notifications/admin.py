@@ -71,7 +71,9 @@ class NotificationPreferenceAdmin(admin.ModelAdmin):
         # Deleting a preference would silently put a paused user back on immediate.
         return False
 
-    @admin.action(description="Restore rung (back to immediate, missed count reset)")
+    @admin.action(
+        description="Restore rung (back to immediate, missed count reset)", permissions=["change"]
+    )
     def restore_rung(self, request: HttpRequest, queryset: QuerySet[NotificationPreference]):
         user_ids = list(queryset.values_list("user_id", flat=True))
         for user_id in user_ids:
