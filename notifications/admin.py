@@ -26,7 +26,7 @@ class ProposalAdmin(admin.ModelAdmin):
 @admin.register(EmailNotification)
 class EmailNotificationAdmin(admin.ModelAdmin):
     list_display = ("id", "kind", "status", "user", "proposal", "attempts", "sent_at", "expires_at")
-    list_filter = ("status", "kind")
+    list_filter = ("status", "kind", "failure_reason")
     list_select_related = ("user", "proposal")
     search_fields = ("ses_message_id",)
     date_hierarchy = "created_at"

@@ -93,3 +93,24 @@ def test_users_without_address_or_inactive_are_skipped(make_pi):
     summary = sweep_proposal_reviews(now=timezone.now())
     assert (summary.users, summary.skipped, summary.sent) == (2, 2, 0)
     assert not EmailNotification.objects.exists()
+
+
+@pytest.mark.parametrize("sender", ["django", "ses"])
+def test_subject_is_not_html_escaped(make_pi, sender, request):
+    """Users saw "Please rate: Tom &amp; Jerry": the subject template was autoescaped. The
+    header as it leaves the sender (locmem backend, or the raw mail SES got) decodes to the
+    title as written."""
+    if sender == "ses":
+        ses = request.getfixturevalue("ses")
+    pi = make_pi()
+    pi.proposals.update(title='Tom & Jerry <"quoted"> it\'s')
+    sweep_proposal_reviews()
+
+    if sender == "ses":
+        [sent] = ses.messages
+        raw = sent.raw_data.encode()
+    else:
+        [message] = mail.outbox
+        raw = message.message().as_bytes()
+    parsed = email.message_from_bytes(raw, policy=policy.default)
+    assert str(parsed["Subject"]) == 'Please rate: Tom & Jerry <"quoted"> it\'s'
