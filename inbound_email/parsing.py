@@ -180,6 +180,26 @@ class _LimitedMessage(Message):
         super().attach(payload)
 
 
+_BLANK_LINE_RE = re.compile(rb"\r?\n\r?\n")
+
+
+def _header_block(raw: bytes, limits: ParseLimits) -> bytes:
+    """The top-level header block (up to the first empty line), found without the parser; a
+    block past INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES is refused before a line of it is parsed."""
+    window = limits.max_header_total_bytes + 4
+    end = _BLANK_LINE_RE.search(raw, 0, window)
+    if end is None:
+        if len(raw) > limits.max_header_total_bytes:
+            raise MailLimitExceeded(
+                limit="INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES",
+                reason=REASON_HEADER_SIZE,
+                detail=f"no end of the header block in the first "
+                f"{limits.max_header_total_bytes} bytes",
+            )
+        return raw
+    return raw[: end.end()]
+
+
 def _parser(limits: ParseLimits) -> BytesParser:
     budget = _Budget(limits)
 
@@ -412,7 +432,7 @@ def parse_headers(raw: bytes, *, limits: ParseLimits | None = None) -> ParsedMai
     checks (token, sender, auto-reply) before the body is parsed. Bounded by the header limits;
     raises MailLimitExceeded past one."""
     limits = limits or ParseLimits.from_settings()
-    message = _parser(limits).parsebytes(raw, headersonly=True)
+    message = _parser(limits).parsebytes(_header_block(raw, limits), headersonly=True)
     return _from_headers(message)
 
 
@@ -420,6 +440,7 @@ def parse_mail(raw: bytes, *, limits: ParseLimits | None = None) -> ParsedMail:
     """Parse raw RFC 5322 bytes into a ParsedMail. Never raises on malformed mail; raises
     MailLimitExceeded on mail past a limit (hostile or absurd: quarantined, not retried)."""
     limits = limits or ParseLimits.from_settings()
+    _header_block(raw, limits)  # a header block past the limit is refused unparsed
     message = _parser(limits).parsebytes(raw)
     parsed = _from_headers(message)
     parsed.text = body_text(message, limits=limits)

@@ -87,13 +87,14 @@ def test_each_bomb_is_parsed_or_refused_at_its_limit(bomb):
 
 @pytest.mark.parametrize("bomb", [b for b in BOMBS if "HEADER" in b.limit], ids=_ids)
 def test_header_bombs_are_refused_by_the_header_only_parse_before_any_decoding(bomb):
-    """The raw size is checked as the parser adds the field: the 2 MB encoded-word Subject
-    that took decode_header 125 s is never decoded."""
+    """Raw sizes are checked before the parser reads the block (all fields together) or as it
+    adds a field (one field): the 2 MB encoded-word Subject that took decode_header 125 s is
+    never decoded."""
     with hang_guard():
         with pytest.raises(MailLimitExceeded) as caught:
             parse_headers(bomb.raw)
     assert caught.value.limit == bomb.setting
-    assert "Subject" in str(caught.value) or "header fields" in str(caught.value)
+    assert "'Subject'" in str(caught.value) or "header" in caught.value.detail
 
 
 def _multipart(parts: int, *, to: str = "") -> bytes:
