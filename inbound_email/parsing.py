@@ -163,7 +163,8 @@ class _Budget:
 
 class _LimitedMessage(Message):
     """The message class the parser builds: every header and sub-part goes through the
-    budget as the parser adds it (`set_raw` and `attach` are the parser's documented hooks)."""
+    budget as the parser adds it (the feedparser calls `set_raw` per field and `attach` per
+    sub-part; test_the_limits_are_exact_at_the_boundary fails if a Python upgrade changes that)."""
 
     def __init__(self, policy: policy.Policy = policy.compat32, *, budget: _Budget) -> None:
         super().__init__(policy=policy)
