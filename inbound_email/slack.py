@@ -7,11 +7,41 @@ linking names on its own.
 
 from __future__ import annotations
 
+import math
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
 from django.conf import settings
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 from inbound_email.exceptions import SlackPostError
+
+RETRY_AFTER_DEFAULT_SECONDS = 1.0  # a 429 with no usable Retry-After
+RETRY_AFTER_MAX_SECONDS = 3600.0  # "inf", "1e300": a wait past this is taken as this
+
+
+def retry_after_seconds(value: object) -> float:
+    """Slack's Retry-After as a finite number of seconds within [0, RETRY_AFTER_MAX_SECONDS].
+
+    The header is input from the network: "inf" or "1e300" used to reach `timedelta` and raise
+    OverflowError in the relay. Seconds or an HTTP date are understood; a huge value is capped,
+    a negative one is 0, and NaN or garbage is the default.
+    """
+    text = str(value).strip() if value is not None else ""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return RETRY_AFTER_DEFAULT_SECONDS
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if math.isnan(seconds):
+        return RETRY_AFTER_DEFAULT_SECONDS
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS)
 
 
 def slack_enabled() -> bool:
@@ -53,10 +83,7 @@ def post_message(*, channel: str, text: str) -> str:
             header = (resp.headers or {}).get("Retry-After") or (resp.headers or {}).get(
                 "retry-after"
             )
-            try:
-                retry_after = float(header) if header is not None else 1.0
-            except (TypeError, ValueError):
-                retry_after = 1.0
+            retry_after = retry_after_seconds(header)
         error = resp.get("error") if resp is not None else None
         raise SlackPostError(
             f"Slack chat.postMessage failed: {error or exc}", retry_after=retry_after
