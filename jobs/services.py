@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from jobs.backoff import retry_delay
+from jobs.conf import get_config
 from jobs.exceptions import LeaseLost, PermanentJobError
 from jobs.models import Job
 
@@ -61,7 +61,7 @@ def enqueue(
     if not isinstance(payload, dict):
         raise TypeError(f"job payload must be a dict, not {type(payload).__name__}")
     if max_attempts is None:
-        max_attempts = settings.JOBS_DEFAULT_MAX_ATTEMPTS
+        max_attempts = get_config().default_max_attempts
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, not {max_attempts}")
     now = timezone.now()
@@ -91,7 +91,7 @@ def _schedule_wake() -> None:
     the transaction rolls back, none from inside a drain (that drain picks the job up).
     A duplicate wake-up is harmless: the drain claims with SKIP LOCKED and finds nothing.
     """
-    if not settings.JOBS_WAKE_ON_COMMIT or getattr(_draining, "active", False):
+    if not get_config().wake_on_commit or getattr(_draining, "active", False):
         return
     conn = transaction.get_connection()
     if conn.in_atomic_block and any(entry[1] is _wake for entry in conn.run_on_commit):
@@ -132,7 +132,7 @@ def job_claim_batch(*, worker: str, limit: int) -> list[ClaimedJob]:
     serialises claims just as well.
     """
     now = timezone.now()
-    lease_expires_at = now + timedelta(seconds=settings.JOBS_LEASE_SECONDS)
+    lease_expires_at = now + timedelta(seconds=get_config().lease_seconds)
     if connection.vendor == "postgresql":
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_CLAIM_SQL, [now, limit, now, now, lease_expires_at, worker])
@@ -258,7 +258,7 @@ def job_heartbeat(*, worker: str) -> int:
     """Renew the lease of every row `worker` holds; return how many."""
     now = timezone.now()
     return Job.objects.filter(locked_by=worker, status=Status.PROCESSING).update(
-        heartbeat_at=now, lease_expires_at=now + timedelta(seconds=settings.JOBS_LEASE_SECONDS)
+        heartbeat_at=now, lease_expires_at=now + timedelta(seconds=get_config().lease_seconds)
     )
 
 
@@ -394,12 +394,13 @@ RETURNING j.id, j.kind, j.attempts, j.max_attempts, stale.old_locked_by, j.statu
 def _reap_postgresql(
     *, condition: str, cutoff: datetime, now: datetime, note: str
 ) -> list[ReapedJob]:
+    config = get_config()
     params = {
         "cutoff": cutoff,
         "now": now,
-        "cap": settings.JOBS_BACKOFF_CAP_SECONDS,
-        "base": settings.JOBS_BACKOFF_BASE_SECONDS,
-        "jitter": settings.JOBS_BACKOFF_JITTER,
+        "cap": config.backoff_cap_seconds,
+        "base": config.backoff_base_seconds,
+        "jitter": config.backoff_jitter,
         "note": note,
     }
     with transaction.atomic(), connection.cursor() as cursor:
@@ -498,7 +499,7 @@ def jobs_cancel(*, jobs: QuerySet[Job]) -> int:
 
 def jobs_prune_completed(*, older_than_days: float | None = None, chunk: int = 5000) -> int:
     """Delete completed jobs finished more than the retention ago, in chunks (short locks)."""
-    days = settings.JOBS_RETENTION_DAYS if older_than_days is None else older_than_days
+    days = get_config().retention_days if older_than_days is None else older_than_days
     cutoff = timezone.now() - timedelta(days=days)
     total = 0
     while True:
