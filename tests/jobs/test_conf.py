@@ -1,0 +1,54 @@
+"""jobs.conf: every setting the job loop reads, each malformed one named in the error."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from jobs.conf import get_config
+from tests.support.processes import PROJECT_ROOT, child_env
+
+
+def test_default_settings_are_valid():
+    config = get_config()
+    assert config.heartbeat_seconds < config.lease_seconds
+    assert (config.default_max_attempts, config.claim_batch_size) == (5, 20)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("JOBS_LEASE_SECONDS", "120", "JOBS_LEASE_SECONDS='120' must be a number"),
+        ("JOBS_LEASE_SECONDS", 0, "JOBS_LEASE_SECONDS=0 must be > 0"),
+        ("JOBS_HEARTBEAT_SECONDS", 500, "JOBS_HEARTBEAT_SECONDS=500 must be below JOBS_LEASE"),
+        ("JOBS_BACKOFF_JITTER", -0.1, "JOBS_BACKOFF_JITTER=-0.1 must be >= 0"),
+        ("JOBS_DEFAULT_MAX_ATTEMPTS", 0, "JOBS_DEFAULT_MAX_ATTEMPTS=0 must be a whole number"),
+        ("JOBS_CLAIM_BATCH_SIZE", 2.5, "JOBS_CLAIM_BATCH_SIZE=2.5 must be a whole number"),
+        ("JOBS_EXTRA_HANDLER_MODULES", "app.handlers", "JOBS_EXTRA_HANDLER_MODULES='app.handlers'"),
+        ("JOBS_WAKE_ON_COMMIT", "yes", "JOBS_WAKE_ON_COMMIT='yes' must be True or False"),
+        ("JOBS_DRAIN_SECONDS", None, "JOBS_DRAIN_SECONDS=None must be a number"),
+        ("JOBS_POLL_SECONDS", 0, "JOBS_POLL_SECONDS=0 must be > 0"),
+    ],
+)
+def test_a_malformed_setting_names_the_variable(settings, name, value, message):
+    setattr(settings, name, value)
+    with pytest.raises(ImproperlyConfigured, match=message):
+        get_config()
+
+
+@pytest.mark.django_db
+def test_a_heartbeat_not_below_the_lease_stops_start_up():
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env=child_env(JOBS_LEASE_SECONDS="30", JOBS_HEARTBEAT_SECONDS="30"),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "JOBS_HEARTBEAT_SECONDS=30.0 must be below JOBS_LEASE_SECONDS=30.0" in result.stderr
