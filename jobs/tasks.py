@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobs import services
+from jobs import reaper, services
 from jobs.conf import get_config
 from jobs.runner import run_pending
 
@@ -20,7 +20,7 @@ def run_due_jobs() -> dict:
 
 def reap_stale_jobs() -> int:
     """Reclaim rows whose worker stopped heartbeating; return how many."""
-    return len(services.jobs_reap_stale())
+    return len(reaper.jobs_reap_stale())
 
 
 def prune_completed_jobs() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.conf import get_config
-from jobs.services import jobs_reap_stale
+from jobs.reaper import jobs_reap_stale
 
 
 class Command(BaseCommand):
