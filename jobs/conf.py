@@ -1,5 +1,6 @@
-"""The jobs app's settings: read when needed (so tests can override them) and validated,
-each error naming the variable. Every module of the app reads settings here.
+"""The jobs app's settings, validated (each error naming the variable) and cached until a
+setting changes (override_settings and pytest's settings fixture send setting_changed).
+Every module of the app reads settings here.
 
 project/settings.py parses the environment (with the minimums an operator may set); this
 module checks what the job loop itself relies on (types, signs, the heartbeat below the
@@ -9,10 +10,13 @@ lease) and is called once by the AppConfig, so a bad value stops start-up.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,7 @@ def _flag(name: str, default: bool) -> bool:
     return value
 
 
+@cache  # cleared whenever a setting changes (override_settings, pytest's settings fixture)
 def get_config() -> Config:
     lease = _number("JOBS_LEASE_SECONDS", 120, positive=True)
     heartbeat = _number("JOBS_HEARTBEAT_SECONDS", lease / 4, positive=True)
@@ -83,3 +88,8 @@ def get_config() -> Config:
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
     )
+
+
+@receiver(setting_changed)
+def _forget_config(**kwargs: Any) -> None:
+    get_config.cache_clear()

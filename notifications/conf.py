@@ -1,5 +1,6 @@
-"""The notifications app's settings: read when needed (so tests can override them) and
-validated, each error naming the variable. Every module of the app reads settings here.
+"""The notifications app's settings, validated (each error naming the variable) and cached
+until a setting changes (override_settings and pytest's settings fixture send
+setting_changed). Every module of the app reads settings here.
 
 project/settings.py parses the environment into Django settings; this module checks what the
 app needs of those values (types, ranges, the sender) and is called once by the AppConfig, so
@@ -10,10 +11,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 # EMAIL_SENDER accepts these aliases, or the dotted path of any class with the sender
 # interface (notifications.senders.base.EmailSender), as EMAIL_BACKEND does for Django.
@@ -81,6 +85,7 @@ def _reply_address() -> str:
     return value
 
 
+@cache  # cleared whenever a setting changes (override_settings, pytest's settings fixture)
 def get_config() -> Config:
     sender = _str("EMAIL_SENDER", "django")
     retry_base = _int("NOTIFICATION_RETRY_BASE_SECONDS", 60, minimum=0)
@@ -106,3 +111,8 @@ def get_config() -> Config:
         claim_timeout_seconds=_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=0),
         sweep_batch_size=_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1),
     )
+
+
+@receiver(setting_changed)
+def _forget_config(**kwargs: Any) -> None:
+    get_config.cache_clear()

@@ -9,10 +9,14 @@ app validates it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 CONSOLE_EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 
@@ -31,6 +35,7 @@ def _str(name: str, default: str) -> str:
     return value
 
 
+@cache  # cleared whenever a setting changes (override_settings, pytest's settings fixture)
 def get_config() -> Config:
     var_dir = getattr(settings, "VAR_DIR", None)
     if not isinstance(var_dir, str | Path) or not str(var_dir):
@@ -40,3 +45,8 @@ def get_config() -> Config:
         email_backend=_str("EMAIL_BACKEND", CONSOLE_EMAIL_BACKEND),
         inbound_email_store=_str("INBOUND_EMAIL_STORE", str(Path(var_dir) / "inbound_mail")),
     )
+
+
+@receiver(setting_changed)
+def _forget_config(**kwargs: Any) -> None:
+    get_config.cache_clear()

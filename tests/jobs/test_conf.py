@@ -52,3 +52,10 @@ def test_a_heartbeat_not_below_the_lease_stops_start_up():
     )
     assert result.returncode != 0
     assert "JOBS_HEARTBEAT_SECONDS=30.0 must be below JOBS_LEASE_SECONDS=30.0" in result.stderr
+
+
+def test_a_changed_setting_is_read_again(settings):
+    """get_config() is cached; override_settings / the settings fixture clear it."""
+    assert get_config().claim_batch_size == 20
+    settings.JOBS_CLAIM_BATCH_SIZE = 3
+    assert get_config().claim_batch_size == 3
