@@ -34,6 +34,19 @@ class ReapedJob:
     status: str  # the new (or, in a dry run, would-be) status
     run_after: datetime | None
 
+    @classmethod
+    def of(cls, row: Job, *, status: str, run_after: datetime | None) -> ReapedJob:
+        """The report line of a row as it was before reaping, with its new status."""
+        return cls(
+            id=row.pk,
+            kind=row.kind,
+            attempts=row.attempts,
+            max_attempts=row.max_attempts,
+            locked_by=row.locked_by,
+            status=status,
+            run_after=run_after,
+        )
+
     def describe(self) -> str:
         then = f" run_after={self.run_after:%Y-%m-%d %H:%M:%S}" if self.run_after else ""
         return (
@@ -63,12 +76,8 @@ def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -
         condition = "heartbeat_at < %(cutoff)s"
     if dry_run:
         return [
-            ReapedJob(
-                id=row.pk,
-                kind=row.kind,
-                attempts=row.attempts,
-                max_attempts=row.max_attempts,
-                locked_by=row.locked_by,
+            ReapedJob.of(
+                row,
                 status=Status.FAILED if row.attempts >= row.max_attempts else Status.QUEUED,
                 run_after=None,
             )
@@ -173,14 +182,6 @@ def _reap_generic(*, stale: QuerySet[Job], now: datetime, note: str) -> list[Rea
                 )
             Job.objects.filter(pk=row.pk, status=Status.PROCESSING).update(**fields)
             reaped.append(
-                ReapedJob(
-                    id=row.pk,
-                    kind=row.kind,
-                    attempts=row.attempts,
-                    max_attempts=row.max_attempts,
-                    locked_by=row.locked_by,
-                    status=fields["status"],
-                    run_after=fields.get("run_after"),
-                )
+                ReapedJob.of(row, status=fields["status"], run_after=fields.get("run_after"))
             )
     return reaped

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
 from jobs.conf import get_config
-from tests.support.processes import PROJECT_ROOT, child_env
+from tests.support.processes import child_env, manage_py
 
 
 def test_default_settings_are_valid():
@@ -41,15 +38,8 @@ def test_a_malformed_setting_names_the_variable(settings, name, value, message):
 
 @pytest.mark.django_db
 def test_a_heartbeat_not_below_the_lease_stops_start_up():
-    result = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        env=child_env(JOBS_LEASE_SECONDS="30", JOBS_HEARTBEAT_SECONDS="30"),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    env = child_env(JOBS_LEASE_SECONDS="30", JOBS_HEARTBEAT_SECONDS="30")
+    result = manage_py("check", env=env, timeout=60)
     assert result.returncode != 0
     assert "JOBS_HEARTBEAT_SECONDS=30.0 must be below JOBS_LEASE_SECONDS=30.0" in result.stderr
 

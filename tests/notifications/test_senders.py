@@ -4,7 +4,6 @@ alias ('django', 'ses') or a dotted path; anything else stops start-up naming th
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 from django.core import mail
@@ -15,7 +14,7 @@ from notifications.senders import get_sender, sender_class
 from notifications.senders.django import DjangoEmailSender
 from notifications.senders.ses import SesEmailSender
 from notifications.sweeps import sweep_new_proposals
-from tests.support.processes import PROJECT_ROOT, child_env
+from tests.support.processes import child_env, manage_py
 
 Status = EmailNotification.Status
 
@@ -66,15 +65,7 @@ def test_an_unknown_sender_is_a_configuration_error_naming_the_variable(settings
 
 
 def _django_setup(**env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        env=child_env(**env),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return manage_py("check", env=child_env(**env), timeout=60)
 
 
 @pytest.mark.django_db
