@@ -16,8 +16,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from notifications.models import EmailNotification
-from notifications.services import notification_reconcile_stale_claims
-from notifications.ses import SesEmailSender
+from notifications.senders.ses import SesEmailSender
+from notifications.sending import notification_reconcile_stale_claims
 from notifications.sweeps import sweep_new_proposals, sweep_proposal_reviews
 from tests.support import processes
 
