@@ -44,16 +44,23 @@ class LockWaitWatcher(threading.Thread):
 
     `on_first_wait` runs (once, on the watcher's thread) when the first wait is seen: a test
     passes the release of the transaction it holds, so that code which wrongly waits on it
-    goes on (and shows what it does next) instead of hanging the test.
+    goes on (and shows what it does next) instead of hanging the test. Waits for which
+    `ignore(wait)` is true are kept apart in `ignored` (a wait the test is not about).
     """
 
     def __init__(
-        self, *, interval: float = 0.005, on_first_wait: Callable[[], None] | None = None
+        self,
+        *,
+        interval: float = 0.005,
+        on_first_wait: Callable[[], None] | None = None,
+        ignore: Callable[[LockWait], bool] | None = None,
     ) -> None:
         super().__init__(name="lock-wait-watcher", daemon=True)
         self.interval = interval
         self.on_first_wait = on_first_wait
+        self.ignore = ignore
         self.waits: list[LockWait] = []
+        self.ignored: list[LockWait] = []
         self.samples = 0
         self._stop_event = threading.Event()
         self._ready = threading.Event()
@@ -83,6 +90,9 @@ class LockWaitWatcher(threading.Thread):
                     cursor.execute(_WAITS_SQL)
                     found = [LockWait(*row) for row in cursor.fetchall()]
                     self.samples += 1
+                    if self.ignore is not None:
+                        self.ignored.extend(w for w in found if self.ignore(w))
+                        found = [w for w in found if not self.ignore(w)]
                     if found:
                         first = not self.waits
                         self.waits.extend(found)
