@@ -15,7 +15,7 @@ from django.utils import timezone
 from model_bakery import baker
 
 from notifications.models import EmailNotification
-from notifications.services import (
+from notifications.sending import (
     notification_mark_sent,
     notification_reconcile_stale_claims,
     notification_record_send_failure,
