@@ -2,8 +2,7 @@
 
 ops is the glue of the other apps (schedules, status, the demo): what it shows of another
 app's configuration it reads through that app's conf where one exists (EMAIL_SENDER through
-notifications.conf). INBOUND_EMAIL_STORE is read here for display only; the inbound_email
-app validates it.
+notifications.conf, INBOUND_EMAIL_STORE through inbound_email.conf).
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ CONSOLE_EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 class Config:
     var_dir: Path  # WORKER_VAR_DIR: where the demo writes its mail when email is console
     email_backend: str  # Django's EMAIL_BACKEND (the demo swaps console for files)
-    inbound_email_store: str  # shown in the demo report
 
 
 def _str(name: str, default: str) -> str:
@@ -43,7 +41,6 @@ def get_config() -> Config:
     return Config(
         var_dir=Path(var_dir),
         email_backend=_str("EMAIL_BACKEND", CONSOLE_EMAIL_BACKEND),
-        inbound_email_store=_str("INBOUND_EMAIL_STORE", str(Path(var_dir) / "inbound_mail")),
     )
 
 

@@ -8,13 +8,14 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 from model_bakery import baker
 
 from canonical_ids.models import Message
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
-from inbound_email.services import reply_relay
+from inbound_email.services.relay import reply_relay
 from jobs import run_pending
 from jobs.models import Job
 from notifications.models import EmailNotification, NotificationPreference
@@ -295,3 +296,38 @@ def test_expiry_skips_a_notification_whose_reply_was_accepted(
     late = [r for r in caplog.records if getattr(r, "action", "") == "reply_late"]
     assert len(late) == 1 and "expired" in late[0].getMessage()
     assert InboundEmail.objects.get().status == Status.PROCESSED
+
+
+class CommitFailed(Exception):
+    """Stands for whatever makes the caller's transaction roll back after the relay."""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_relay_whose_transaction_rolls_back_keeps_the_mail_in_the_intake(
+    folder_store, notification
+):
+    """Mutant: calling inbound_email_finalize inside the transaction instead of on_commit."""
+    folder_store.put("m", build_mail(token=notification.token, body="Please cut section 3."))
+    poll_once()
+    reply = Reply.objects.get()
+    assert InboundEmail.objects.get().status == Status.AWAITING_RELAY
+
+    with pytest.raises(CommitFailed), transaction.atomic():
+        assert reply_relay(reply_id=reply.pk) == "inboxed"
+        raise CommitFailed
+
+    row = InboundEmail.objects.get()
+    assert (row.status, row.intake_deleted) == (Status.AWAITING_RELAY, False)
+    assert intake_keys(folder_store) == ["m"]
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.PENDING
+    assert not Message.objects.exists()  # the inbox insert was rolled back with it
+
+    run_pending()  # the relay job queued at accept time: this attempt commits
+
+    row.refresh_from_db()
+    assert (row.status, row.intake_deleted) == (Status.PROCESSED, True)
+    assert intake_keys(folder_store) == []
+    assert Message.objects.get().text == "Please cut section 3."
+    notification.refresh_from_db()
+    assert notification.status == EmailNotification.Status.RESPONDED
