@@ -7,11 +7,12 @@ queries for reading and never N+1.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from notifications.models import EmailNotification, NotificationPreference, Proposal
 
@@ -118,3 +119,16 @@ def sweep_user_batch(
             Prefetch("email_notifications", queryset=_rows_of_kind(kind), to_attr="kind_rows"),
         )[:limit]
     )
+
+
+def notification_status_counts() -> dict[str, int]:
+    """Notification rows per status, only the statuses that have rows, in name order."""
+    rows = EmailNotification.objects.values("status").annotate(n=Count("id")).order_by("status")
+    return {row["status"]: row["n"] for row in rows}
+
+
+def notifications_stuck_sending(*, now: datetime) -> QuerySet[EmailNotification]:
+    """Rows left `sending` past NOTIFICATION_CLAIM_TIMEOUT_SECONDS: their worker crashed
+    between the claim and SES (or the sweeps stopped), and the reconciler hands them back."""
+    cutoff = now - timedelta(seconds=settings.NOTIFICATION_CLAIM_TIMEOUT_SECONDS)
+    return EmailNotification.objects.filter(status=Status.SENDING, claimed_at__lt=cutoff)

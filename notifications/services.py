@@ -16,6 +16,7 @@ from django.utils import timezone
 from jobs.backoff import retry_delay as backoff_delay
 from notifications.exceptions import NotificationNotOpen, NotificationNotRetryable
 from notifications.models import EmailNotification, NotificationPreference
+from notifications.selectors import notifications_stuck_sending
 
 logger = logging.getLogger(__name__)
 
@@ -184,8 +185,7 @@ def notification_reconcile_stale_claims(*, kind: str | None, now: datetime) -> i
     duplicate; it never loses the notification or leaves it blocked (I12). A row whose
     attempts are spent (it crashed the sender every time) is marked failed instead.
     """
-    cutoff = now - timedelta(seconds=settings.NOTIFICATION_CLAIM_TIMEOUT_SECONDS)
-    stale = EmailNotification.objects.filter(status=Status.SENDING, claimed_at__lt=cutoff)
+    stale = notifications_stuck_sending(now=now)
     if kind is not None:
         stale = stale.filter(kind=kind)
     spent = Q(attempts__gte=settings.NOTIFICATION_SEND_MAX_ATTEMPTS)
