@@ -85,10 +85,12 @@ def nice_ceiling(value: float) -> int:
 
 
 def _y_ticks(top_value: int, y: Callable[[float], float]) -> tuple[Tick, ...]:
-    values = [0, top_value] if top_value < 2 else [0, top_value // 2, top_value]
-    if top_value >= 4 and top_value % 4 == 0:
-        values = [top_value * i // 4 for i in range(5)]
-    return tuple(Tick(pos=y(v), label=f"{v:,}") for v in values)
+    """Gridlines at whole counts: 4 or 5 intervals of a 1-2-5 step (0..top in steps of 1
+    when the top is small)."""
+    exponent = 10 ** math.floor(math.log10(top_value))
+    step = {1: exponent // 5, 2: exponent // 2, 5: exponent}.get(top_value // exponent, 0)
+    step = max(step, 1) if top_value >= 5 else 1
+    return tuple(Tick(pos=y(v), label=f"{v:,}") for v in range(0, top_value + 1, step))
 
 
 def _x_ticks(
