@@ -10,7 +10,7 @@ from django.contrib import admin
 from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from ops.health import worker_health
@@ -38,7 +38,7 @@ def _bearer(request: HttpRequest) -> str:
 
 
 @never_cache
-@require_GET
+@require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """404 while METRICS_TOKEN is unset (the endpoint does not exist); 401 without the right
     `Authorization: Bearer <token>`; else the figures in Prometheus' text format."""

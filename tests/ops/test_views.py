@@ -100,3 +100,26 @@ def test_metrics_only_answer_get(client, settings):
     settings.METRICS_TOKEN = TOKEN
     response = client.post("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
     assert response.status_code == 405
+
+
+def test_every_documented_alert_rule_uses_an_exported_metric(client, settings):
+    """docs/operations.md's example rules: one per worker_status exit reason, each on a metric
+    /metrics really exports (a renamed metric would silently never fire)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    settings.METRICS_TOKEN = TOKEN
+    body = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).content
+    exported = {family.name for family in text_string_to_metric_families(body.decode())}
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    section = doc.split("### Alert rules", 1)[1]
+    rules_yaml = section.split("```yaml", 1)[1].split("```", 1)[0]
+    rules = yaml.safe_load(rules_yaml)["groups"][0]["rules"]
+
+    used = {name for rule in rules for name in re.findall(r"\bworker_[a-z_]+", rule["expr"])}
+    assert used and used <= exported, used - exported
+    # worker_status's seven exit reasons, plus the scrape itself
+    assert len(rules) == 8
