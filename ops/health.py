@@ -25,6 +25,7 @@ from ops.charts import Chart, SeriesIn, buckets, line_chart, stacked_bar_chart
 from ops.status import BACKLOG_ALERT_SECONDS, WorkerStatus, worker_status
 
 CHART_WINDOW = timedelta(hours=24)
+MINUTE, HOUR = timedelta(minutes=1), timedelta(hours=1)
 MAIL_COLORS = {
     InboundEmail.Status.PROCESSED: "#2e7d32",
     InboundEmail.Status.AWAITING_RELAY: "#1565c0",
@@ -170,7 +171,7 @@ def _notifications_section(status: WorkerStatus) -> Section:
 
 def _charts(now: datetime) -> list[Chart]:
     minute = now.replace(second=0, microsecond=0)
-    minutes = buckets(end=minute, step=timedelta(minutes=1), count=24 * 60)
+    minutes = buckets(end=minute, step=MINUTE, count=CHART_WINDOW // MINUTE)
     finished = jobs_finished_per_minute(since=minutes[0])
     jobs_chart = line_chart(
         title="Jobs finished per minute, last 24 h (UTC)",
@@ -182,7 +183,7 @@ def _charts(now: datetime) -> list[Chart]:
         tick_every=timedelta(hours=3),
     )
     hour = minute.replace(minute=0)
-    hours = buckets(end=hour, step=timedelta(hours=1), count=24)
+    hours = buckets(end=hour, step=HOUR, count=CHART_WINDOW // HOUR)
     received = inbound_received_per_hour(since=hours[0])
     mail_chart = stacked_bar_chart(
         title="Mail received per hour, last 24 h (UTC), by status now",

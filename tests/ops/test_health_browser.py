@@ -9,11 +9,11 @@ import pytest
 from django.utils import timezone
 from model_bakery import baker
 
-from canonical_ids.models import WriterSlotLease
 from inbound_email.models import InboundEmail
 from jobs.models import Job
 from notifications.models import EmailNotification
 from tests.support.browser import log_in, make_staff
+from tests.support.leases import free_slots, make_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,14 +63,8 @@ def busy_day() -> dict[str, Job]:
             InboundEmail.objects.filter(pk=row.pk).update(created_at=at)
     baker.make(EmailNotification, status="pending")
     baker.make(EmailNotification, status="sent", sent_at=now, ses_message_id="m-1")
-    WriterSlotLease.objects.create(
-        slot=10,
-        role="worker",
-        holder_host="host-a",
-        holder_pid=311,
-        acquired_at=now,
-        expires_at=now + timedelta(seconds=60),
-    )
+    [slot] = free_slots(1)
+    make_lease(slot=slot, now=now, live=True, holder_host="host-a", holder_pid=311)
     return {"stuck": stuck}
 
 

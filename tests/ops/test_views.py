@@ -10,10 +10,10 @@ from django.utils import timezone
 from model_bakery import baker
 from prometheus_client.parser import text_string_to_metric_families
 
-from canonical_ids.models import WriterSlotLease
 from inbound_email.models import InboundEmail
 from jobs.models import Job
 from notifications.models import EmailNotification
+from tests.support.leases import free_slots, make_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -75,7 +75,8 @@ def test_metrics_expose_worker_status_figures(client, settings):
     baker.make(Job, kind="mail.relay", status="failed", max_attempts=5, failed_at=now)
     baker.make(InboundEmail, store_key="q-1", status="quarantined")
     baker.make(EmailNotification, status="sending", claimed_at=now - timedelta(hours=2))
-    WriterSlotLease.objects.create(slot=10, role="worker", expires_at=now + timedelta(seconds=60))
+    [slot] = free_slots(1)
+    make_lease(slot=slot, now=now, live=True, role="bench-role")
 
     response = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
 
@@ -91,7 +92,7 @@ def test_metrics_expose_worker_status_figures(client, settings):
     assert samples[("worker_notifications_stuck_sending", ())] == 1
     assert samples[("worker_instructions_needing_operator", ())] == 0
     assert samples[("worker_instruction_relays_stuck", ())] == 0
-    assert samples[("worker_writer_slot_leases", (("role", "worker"),))] == 1
+    assert samples[("worker_writer_slot_leases", (("role", "bench-role"),))] == 1
     # stuck job, failed job, backlog, quarantined mail, stuck sending
     assert samples[("worker_needs_operator_findings", ())] == 5
 
