@@ -64,12 +64,12 @@ def fill(jobs: int, mails: int) -> None:
             INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts,
                                   run_after, created_at, completed_at, failed_at, locked_by,
                                   last_error)
-            SELECT 'bench.k' || (i % 7), '{}'::jsonb,
-                   CASE WHEN i % 50 = 0 THEN 'failed' WHEN i % 97 = 0 THEN 'queued'
+            SELECT 'bench.k' || (i %% 7), '{}'::jsonb,
+                   CASE WHEN i %% 50 = 0 THEN 'failed' WHEN i %% 97 = 0 THEN 'queued'
                         ELSE 'completed' END,
                    0, 1, 5, t, t,
-                   CASE WHEN i % 50 <> 0 AND i % 97 <> 0 THEN t END,
-                   CASE WHEN i % 50 = 0 THEN t END, '', ''
+                   CASE WHEN i %% 50 <> 0 AND i %% 97 <> 0 THEN t END,
+                   CASE WHEN i %% 50 = 0 THEN t END, '', ''
             FROM (SELECT i, %s - make_interval(secs => i * (14 * 86400.0 / %s)) AS t
                   FROM generate_series(1, %s) AS i) AS s
             """,
@@ -82,7 +82,7 @@ def fill(jobs: int, mails: int) -> None:
                  to_addresses, subject, headers_text, body_text, status, reason, detail,
                  attempts, last_error, quarantine_key, intake_deleted, created_at, updated_at)
             SELECT 'bench/' || i, '', 0, '', '', '', '', '', '', '', '',
-                   CASE WHEN i % 40 = 0 THEN 'quarantined' WHEN i % 9 = 0 THEN 'rejected'
+                   CASE WHEN i %% 40 = 0 THEN 'quarantined' WHEN i %% 9 = 0 THEN 'rejected'
                         ELSE 'processed' END,
                    '', '', 1, '', '', true, t, t
             FROM (SELECT i, %s - make_interval(secs => i * (7 * 86400.0 / %s)) AS t
