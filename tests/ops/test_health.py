@@ -14,7 +14,7 @@ from inbound_email.models import InboundEmail, Reply
 from jobs.models import Job
 from notifications.models import EmailNotification
 from ops.health import worker_health
-from tests.support.leases import free_slots, live_lease_count, make_lease
+from tests.support.leases import live_lease_count, make_lease, spare_slots
 
 pytestmark = pytest.mark.django_db
 
@@ -60,7 +60,7 @@ def rows() -> None:
     baker.make(EmailNotification, status="sent", sent_at=now, ses_message_id="m-1")
     baker.make(EmailNotification, status="expired", sent_at=now, ses_message_id="m-2")
 
-    live, expired = free_slots(2)
+    live, expired = spare_slots(2)
     make_lease(slot=live, now=now, live=True)
     make_lease(slot=expired, now=now, live=False)
 

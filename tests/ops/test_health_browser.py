@@ -13,7 +13,7 @@ from inbound_email.models import InboundEmail
 from jobs.models import Job
 from notifications.models import EmailNotification
 from tests.support.browser import log_in, make_staff
-from tests.support.leases import free_slots, make_lease
+from tests.support.leases import make_lease, spare_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -63,7 +63,7 @@ def busy_day() -> dict[str, Job]:
             InboundEmail.objects.filter(pk=row.pk).update(created_at=at)
     baker.make(EmailNotification, status="pending")
     baker.make(EmailNotification, status="sent", sent_at=now, ses_message_id="m-1")
-    [slot] = free_slots(1)
+    [slot] = spare_slots(1)
     make_lease(slot=slot, now=now, live=True, holder_host="host-a", holder_pid=311)
     return {"stuck": stuck}
 

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from inbound_email.models import InboundEmail
 from jobs.models import Job
 from notifications.models import EmailNotification
-from tests.support.leases import free_slots, make_lease
+from tests.support.leases import make_lease, spare_slots
 
 pytestmark = pytest.mark.django_db
 
@@ -75,7 +75,7 @@ def test_metrics_expose_worker_status_figures(client, settings):
     baker.make(Job, kind="mail.relay", status="failed", max_attempts=5, failed_at=now)
     baker.make(InboundEmail, store_key="q-1", status="quarantined")
     baker.make(EmailNotification, status="sending", claimed_at=now - timedelta(hours=2))
-    [slot] = free_slots(1)
+    [slot] = spare_slots(1)
     make_lease(slot=slot, now=now, live=True, role="bench-role")
 
     response = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
