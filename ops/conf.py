@@ -24,12 +24,19 @@ CONSOLE_EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 class Config:
     var_dir: Path  # WORKER_VAR_DIR: where the demo writes its mail when email is console
     email_backend: str  # Django's EMAIL_BACKEND (the demo swaps console for files)
+    metrics_token: str  # METRICS_TOKEN: bearer token of /metrics; empty: the endpoint is off
 
 
 def _str(name: str, default: str) -> str:
     value = getattr(settings, name, default)
     if not isinstance(value, str) or not value:
         raise ImproperlyConfigured(f"{name}={value!r} must be a non-empty string")
+    return value
+
+
+def _token(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ImproperlyConfigured(f"METRICS_TOKEN={type(value).__name__} must be a string")
     return value
 
 
@@ -41,6 +48,7 @@ def get_config() -> Config:
     return Config(
         var_dir=Path(var_dir),
         email_backend=_str("EMAIL_BACKEND", CONSOLE_EMAIL_BACKEND),
+        metrics_token=_token(getattr(settings, "METRICS_TOKEN", "")),
     )
 
 

@@ -249,3 +249,6 @@ NOTIFICATION_RETRY_MAX_SECONDS = env_int("NOTIFICATION_RETRY_MAX_SECONDS", 3600,
 # A row left `sending` longer than this (seconds) is a crashed claim and goes back to pending.
 NOTIFICATION_CLAIM_TIMEOUT_SECONDS = env_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=60)
 NOTIFICATION_SWEEP_BATCH_SIZE = env_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1)  # users
+# --- ops ----------------------------------------------------------------------------------------
+# Bearer token a Prometheus scrape must send to /metrics; empty = the endpoint answers 404.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
