@@ -13,7 +13,6 @@ import logging
 import os
 import secrets
 import socket
-import threading
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -33,14 +32,9 @@ logger = logging.getLogger(__name__)
 
 Status = Job.Status
 LAST_ERROR_MAX_CHARS = 8000
-WAKE_TASK = "jobs.tasks.run_due_jobs"
-
-# Set while this thread drains jobs: a job enqueued by a handler is picked up by that same
-# drain, so it must not queue another wake-up (which in django-q2's sync mode would recurse).
-_draining = threading.local()
 
 
-# --- enqueue and wake-up ----------------------------------------------------------------------
+# --- enqueue ----------------------------------------------------------------------------------
 
 
 def enqueue(
@@ -53,8 +47,9 @@ def enqueue(
 ) -> Job:
     """Insert a queued job in the caller's transaction; it is visible when the caller commits.
 
-    The qcluster is woken on commit (see `_schedule_wake`); a rolled-back transaction takes
-    both the row and the wake-up with it, so the job never runs.
+    The table's trigger wakes the qcluster at commit (jobs/wakeup.py), as it does for a row
+    any other producer inserts; a rolled-back transaction takes both the row and the
+    notification with it, so the job never runs.
     """
     if payload is None:
         payload = {}
@@ -73,8 +68,6 @@ def enqueue(
         run_after=run_after or now,
         created_at=now,
     )
-    if job.run_after <= now + timedelta(seconds=1):
-        _schedule_wake()
     logger.debug(
         "job enqueued: #%s %s",
         job.pk,
@@ -82,27 +75,6 @@ def enqueue(
         extra={"action": "job_enqueued", "job_id": job.pk, "kind": kind},
     )
     return job
-
-
-def _schedule_wake() -> None:
-    """Ask the qcluster to drain jobs right after the current transaction commits.
-
-    One wake-up per transaction (a bulk enqueue of thousands of rows sends one), none when
-    the transaction rolls back, none from inside a drain (that drain picks the job up).
-    A duplicate wake-up is harmless: the drain claims with SKIP LOCKED and finds nothing.
-    """
-    if not settings.JOBS_WAKE_ON_COMMIT or getattr(_draining, "active", False):
-        return
-    conn = transaction.get_connection()
-    if conn.in_atomic_block and any(entry[1] is _wake for entry in conn.run_on_commit):
-        return
-    transaction.on_commit(_wake, robust=True)
-
-
-def _wake() -> None:
-    from django_q.tasks import async_task
-
-    async_task(WAKE_TASK, task_name=f"jobs wake-up {secrets.token_hex(4)}")
 
 
 # --- claim, complete, fail (the runner's operations) -----------------------------------------
@@ -125,43 +97,18 @@ def new_worker_id() -> str:
 def job_claim_batch(*, worker: str, limit: int) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs for `worker` in one short transaction and count the attempt.
 
-    PostgreSQL: one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so
-    concurrent workers never wait for or take each other's rows. Elsewhere (SQLite, which
-    has neither row locks nor SKIP LOCKED) the same claim in two ORM statements: the
-    transaction takes the database's single write lock at BEGIN (IMMEDIATE mode), which
-    serialises claims just as well.
+    One `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so concurrent workers
+    never wait for or take each other's rows.
     """
     now = timezone.now()
     lease_expires_at = now + timedelta(seconds=settings.JOBS_LEASE_SECONDS)
-    if connection.vendor == "postgresql":
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_CLAIM_SQL, [now, limit, now, now, lease_expires_at, worker])
-            rows = cursor.fetchall()
-        rows.sort(key=lambda row: (-row[5], row[6], row[0]))
-        return [
-            ClaimedJob(id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=m)
-            for pk, kind, payload, attempts, m, _priority, _run_after in rows
-        ]
-    with transaction.atomic():
-        due = Job.objects.filter(
-            status=Status.QUEUED, run_after__lte=now, attempts__lt=F("max_attempts")
-        ).order_by("-priority", "run_after", "id")
-        if connection.features.has_select_for_update_skip_locked:
-            due = due.select_for_update(skip_locked=True)
-        rows = list(due.values_list("id", "kind", "payload", "attempts", "max_attempts")[:limit])
-        if not rows:
-            return []
-        Job.objects.filter(pk__in=[row[0] for row in rows]).update(
-            status=Status.PROCESSING,
-            attempts=F("attempts") + 1,
-            started_at=now,
-            heartbeat_at=now,
-            lease_expires_at=lease_expires_at,
-            locked_by=worker,
-        )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, [now, limit, now, now, lease_expires_at, worker])
+        rows = cursor.fetchall()
+    rows.sort(key=lambda row: (-row[5], row[6], row[0]))
     return [
-        ClaimedJob(id=pk, kind=kind, payload=payload, attempts=attempts + 1, max_attempts=maximum)
-        for pk, kind, payload, attempts, maximum in rows
+        ClaimedJob(id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=m)
+        for pk, kind, payload, attempts, m, _priority, _run_after in rows
     ]
 
 
@@ -279,20 +226,6 @@ def format_error(exc: BaseException) -> str:
     return text
 
 
-def drain_scope():
-    """Context manager marking this thread as draining (see `_draining`)."""
-    return _DrainScope()
-
-
-class _DrainScope:
-    def __enter__(self) -> None:
-        self.previous = getattr(_draining, "active", False)
-        _draining.active = True
-
-    def __exit__(self, *exc_info: object) -> None:
-        _draining.active = self.previous
-
-
 # --- reaper -----------------------------------------------------------------------------------
 
 
@@ -319,20 +252,19 @@ def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -
     their attempts are used up (the attempt was counted at claim, so reaping costs one).
 
     Stale means the lease expired, or with `older_than` that the last heartbeat is older
-    than that many seconds. On PostgreSQL this is one UPDATE over a `FOR UPDATE SKIP LOCKED`
-    selection: two reapers at once each take disjoint rows, and a row whose worker is
-    completing it right now (its lock held) is left alone; the UPDATE re-checks the status
-    after any wait, so a row is never reaped twice.
+    than that many seconds. One transaction: a `FOR UPDATE SKIP LOCKED` selection, then one
+    UPDATE of exactly those rows. Two reapers at once each take disjoint rows, and a row
+    whose worker is completing it right now (its lock held) is left alone; the UPDATE
+    re-checks the status, so a row is never reaped twice. The outcome of each row (status,
+    backoff) is decided in Python, by the same rules as a failed attempt.
     """
     now = timezone.now()
     stale = Job.objects.filter(status=Status.PROCESSING)
     if older_than is None:
         stale = stale.filter(lease_expires_at__lt=now)
-        condition, cutoff = "lease_expires_at < %(cutoff)s", now
     else:
-        cutoff = now - timedelta(seconds=older_than)
-        stale = stale.filter(heartbeat_at__lt=cutoff)
-        condition = "heartbeat_at < %(cutoff)s"
+        stale = stale.filter(heartbeat_at__lt=now - timedelta(seconds=older_than))
+    stale = stale.order_by("id")
     if dry_run:
         return [
             ReapedJob(
@@ -344,13 +276,9 @@ def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -
                 status=Status.FAILED if row.attempts >= row.max_attempts else Status.QUEUED,
                 run_after=None,
             )
-            for row in stale.order_by("id")
+            for row in stale
         ]
-    note = f"reaped at {now:%Y-%m-%d %H:%M:%S} UTC: lease expired, worker "
-    if connection.vendor == "postgresql":
-        reaped = _reap_postgresql(condition=condition, cutoff=cutoff, now=now, note=note)
-    else:
-        reaped = _reap_generic(stale=stale, now=now, note=note)
+    reaped = _reap(stale=stale, now=now)
     for job in reaped:
         logger.warning(
             "job reaped: %s",
@@ -365,96 +293,58 @@ def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -
     return reaped
 
 
-_REAP_SQL = """
-WITH stale AS (
-    SELECT id, locked_by AS old_locked_by
-    FROM jobs_job
-    WHERE status = 'processing' AND {condition}
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE jobs_job AS j SET
-    status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
-    failed_at = CASE WHEN j.attempts >= j.max_attempts THEN %(now)s ELSE NULL END,
-    run_after = CASE WHEN j.attempts >= j.max_attempts THEN j.run_after ELSE
-        %(now)s + make_interval(secs => LEAST(%(cap)s::float8,
-            %(base)s::float8 * power(2, LEAST(GREATEST(j.attempts, 1) - 1, 60)))
-            * (1 + random() * %(jitter)s::float8)) END,
-    locked_by = '',
-    lease_expires_at = NULL,
-    last_error = %(note)s || stale.old_locked_by || ' stopped heartbeating (last heartbeat '
-        || COALESCE(to_char(j.heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), 'never')
-        || ' UTC)'
-FROM stale
-WHERE j.id = stale.id AND j.status = 'processing'
-RETURNING j.id, j.kind, j.attempts, j.max_attempts, stale.old_locked_by, j.status, j.run_after
+_REAP_UPDATE_SQL = f"""
+UPDATE {Job._meta.db_table} AS j
+SET status = d.status, failed_at = d.failed_at, run_after = COALESCE(d.run_after, j.run_after),
+    locked_by = '', lease_expires_at = NULL, last_error = d.last_error
+FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[])
+    AS d(id, status, failed_at, run_after, last_error)
+WHERE j.id = d.id AND j.status = '{Status.PROCESSING}'
+RETURNING j.id
 """
 
 
-def _reap_postgresql(
-    *, condition: str, cutoff: datetime, now: datetime, note: str
-) -> list[ReapedJob]:
-    params = {
-        "cutoff": cutoff,
-        "now": now,
-        "cap": settings.JOBS_BACKOFF_CAP_SECONDS,
-        "base": settings.JOBS_BACKOFF_BASE_SECONDS,
-        "jitter": settings.JOBS_BACKOFF_JITTER,
-        "note": note,
-    }
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_REAP_SQL.format(condition=condition), params)
-        rows = cursor.fetchall()
-    return sorted(
-        (
-            ReapedJob(
-                id=pk,
-                kind=kind,
-                attempts=attempts,
-                max_attempts=maximum,
-                locked_by=locked_by,
-                status=status,
-                run_after=run_after if status == Status.QUEUED else None,
-            )
-            for pk, kind, attempts, maximum, locked_by, status, run_after in rows
-        ),
-        key=lambda job: job.id,
-    )
-
-
-def _reap_generic(*, stale: QuerySet[Job], now: datetime, note: str) -> list[ReapedJob]:
-    """Backends without row locks (SQLite): the IMMEDIATE transaction holds the only write
-    lock from BEGIN, so select-then-update inside it is as atomic as the single UPDATE."""
-    reaped = []
+def _reap(*, stale: QuerySet[Job], now: datetime) -> list[ReapedJob]:
+    note = f"reaped at {now:%Y-%m-%d %H:%M:%S} UTC: lease expired, worker "
     with transaction.atomic():
-        for row in stale.order_by("id"):
-            heartbeat = f"{row.heartbeat_at:%Y-%m-%d %H:%M:%S}" if row.heartbeat_at else "never"
-            fields: dict[str, Any] = {
-                "locked_by": "",
-                "lease_expires_at": None,
-                "last_error": f"{note}{row.locked_by} stopped heartbeating "
-                f"(last heartbeat {heartbeat} UTC)",
-            }
-            if row.attempts >= row.max_attempts:
-                fields.update(status=Status.FAILED, failed_at=now)
-            else:
-                fields.update(
-                    status=Status.QUEUED,
-                    run_after=now + timedelta(seconds=retry_delay(row.attempts)),
-                )
-            Job.objects.filter(pk=row.pk, status=Status.PROCESSING).update(**fields)
-            reaped.append(
+        rows = list(
+            stale.select_for_update(skip_locked=True).values_list(
+                "id", "kind", "attempts", "max_attempts", "locked_by", "heartbeat_at"
+            )
+        )
+        if not rows:
+            return []
+        planned, errors = [], []
+        for pk, kind, attempts, maximum, locked_by, heartbeat_at in rows:
+            exhausted = attempts >= maximum
+            heartbeat = f"{heartbeat_at:%Y-%m-%d %H:%M:%S}" if heartbeat_at else "never"
+            errors.append(
+                f"{note}{locked_by} stopped heartbeating (last heartbeat {heartbeat} UTC)"
+            )
+            planned.append(
                 ReapedJob(
-                    id=row.pk,
-                    kind=row.kind,
-                    attempts=row.attempts,
-                    max_attempts=row.max_attempts,
-                    locked_by=row.locked_by,
-                    status=fields["status"],
-                    run_after=fields.get("run_after"),
+                    id=pk,
+                    kind=kind,
+                    attempts=attempts,
+                    max_attempts=maximum,
+                    locked_by=locked_by,
+                    status=Status.FAILED if exhausted else Status.QUEUED,
+                    run_after=None if exhausted else now + timedelta(seconds=retry_delay(attempts)),
                 )
             )
-    return reaped
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _REAP_UPDATE_SQL,
+                [
+                    [job.id for job in planned],
+                    [job.status for job in planned],
+                    [now if job.status == Status.FAILED else None for job in planned],
+                    [job.run_after for job in planned],
+                    errors,
+                ],
+            )
+            updated = {row[0] for row in cursor.fetchall()}
+    return [job for job in planned if job.id in updated]
 
 
 # --- operator actions (admin, commands) -------------------------------------------------------
@@ -474,8 +364,6 @@ def jobs_retry_now(*, jobs: QuerySet[Job]) -> int:
             cancelled_at=None,
             max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
         )
-        if count:
-            _schedule_wake()
     logger.info("jobs retried now: %s", count, extra={"action": "jobs_retry_now"})
     return count
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count
 from django.utils import timezone
 
@@ -28,6 +29,7 @@ RELAY_STUCK_ALERT = timedelta(hours=24)
 
 @dataclass
 class WorkerStatus:
+    database: dict[str, Any] = field(default_factory=dict)
     jobs_by_status: dict[str, int] = field(default_factory=dict)
     jobs_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     oldest_due_job: dict[str, Any] | None = None
@@ -51,9 +53,26 @@ def _counts(queryset, key: str) -> dict[str, int]:
     }
 
 
+def database_info() -> dict[str, Any]:
+    """Which database this process uses: engine, server version, where (no password), and
+    whether it is the embedded server under WORKER_VAR_DIR/pg."""
+    params = connection.settings_dict
+    host = params.get("HOST") or "localhost"
+    where = host if host.startswith("/") else f"{host}:{params.get('PORT') or 5432}"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        version = cursor.fetchone()[0]
+    return {
+        "engine": connection.vendor,
+        "server_version": version,
+        "embedded": settings.DB_IS_EMBEDDED,
+        "where": f"{where}/{params['NAME']}",
+    }
+
+
 def worker_status() -> WorkerStatus:
     now = timezone.now()
-    status = WorkerStatus()
+    status = WorkerStatus(database=database_info())
 
     status.jobs_by_status = _counts(Job.objects.all(), "status")
     for row in Job.objects.values("kind", "status").annotate(n=Count("id")).order_by("kind"):
