@@ -23,13 +23,14 @@ net.
 from __future__ import annotations
 
 import logging
+import pickle
 import secrets
 import time
 from collections.abc import Callable
 
 import psycopg
-from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
+from django.core import signing
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
 from jobs.backoff import retry_delay
@@ -56,7 +57,11 @@ def wake_tasks_in_broker() -> tuple[int, int]:
     now = timezone.now()
     outstanding = pending = 0
     for row in OrmQ.objects.filter(key=get_broker().list_key):
-        if row.func() == WAKE_TASK:
+        try:
+            func = row.func()
+        except (signing.BadSignature, pickle.UnpicklingError, ValueError):
+            continue  # not ours to judge (another SECRET_KEY, a damaged row): not a wake task
+        if func == WAKE_TASK:
             outstanding += 1
             pending += row.lock <= now
     return outstanding, pending
@@ -119,8 +124,7 @@ class WakeListener:
                     extra={"action": "jobs_listener_reconnect", "attempt": failures},
                 )
                 self.close()
-                close_old_connections()  # the broker's Django connection may be gone too
-                connections[DEFAULT_DB_ALIAS].close()
+                connections[DEFAULT_DB_ALIAS].close()  # the broker's may be gone too
                 _sleep_unless(should_stop, delay)
         self.close()
 
@@ -163,7 +167,3 @@ def _sleep_unless(should_stop: Callable[[], bool], seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while not should_stop() and time.monotonic() < deadline:
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
-
-
-def default_workers() -> int:
-    return int(settings.Q_CLUSTER.get("workers", 1))

@@ -19,7 +19,7 @@ from django_q.models import OrmQ, Schedule
 from jobs import enqueue
 from jobs.models import Job
 from jobs.services import jobs_retry_now
-from jobs.wakeup import CHANNEL, WAKE_TASK, WakeListener, wake_tasks_in_broker
+from jobs.wakeup import CHANNEL, WAKE_TASK, WakeListener, request_wake, wake_tasks_in_broker
 from tests.support.processes import PROJECT_ROOT, stop_process_group
 from tests.support.wakeup import listening, plain_insert, raw_connection
 
@@ -104,6 +104,19 @@ def test_a_burst_of_enqueues_leaves_one_pending_wake_task():
         assert wake_tasks_in_broker() == (1, 1)  # nobody consumes: still the one pending
         assert listener.wakes_sent == 1
     assert [row.func() for row in OrmQ.objects.all()] == [WAKE_TASK]
+
+
+def test_a_task_row_that_cannot_be_decoded_does_not_stop_the_wake_up():
+    """A row signed with another SECRET_KEY (or damaged) is not a wake task; wakes go on."""
+    from django_q.brokers import get_broker
+
+    OrmQ.objects.create(
+        key=get_broker().list_key, payload="not-a-signed-package", lock=timezone.now()
+    )
+    assert wake_tasks_in_broker() == (0, 0)
+    assert request_wake(workers=2) is True
+    assert wake_tasks_in_broker() == (1, 1)
+    assert request_wake(workers=2) is False  # one is pending
 
 
 def test_the_listener_reconnects_after_losing_its_connection_and_wakes_for_what_it_missed():
