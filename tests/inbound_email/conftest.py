@@ -29,7 +29,6 @@ PI_ADDRESS = "pi@university.example"
 @pytest.fixture(autouse=True)
 def _inbound_settings(settings, tmp_path):
     stores._default_cache.clear()  # each test has its own store (folder, moto bucket)
-    settings.JOBS_WAKE_ON_COMMIT = False  # tests drain jobs with run_pending()
     settings.SLACK_BOT_TOKEN = ""
     settings.INBOUND_EMAIL_STORE = str(tmp_path / "mail")
     settings.INBOUND_EMAIL_RETRY_BASE_SECONDS = 0
