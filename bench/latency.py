@@ -86,6 +86,7 @@ class Sampler(threading.Thread):
         self.running = True
         self.peak_wake = 0
         self.peak_all = 0
+        self.funcs: dict[int, str] = {}  # decoded task functions by broker row id
 
     def run(self) -> None:
         try:
@@ -93,7 +94,7 @@ class Sampler(threading.Thread):
                 total = OrmQ.objects.count()
                 self.peak_all = max(self.peak_all, total)
                 if total > self.peak_wake:  # decoding payloads is only needed for a new peak
-                    self.peak_wake = max(self.peak_wake, wake_tasks_in_broker()[0])
+                    self.peak_wake = max(self.peak_wake, wake_tasks_in_broker(funcs=self.funcs)[0])
                 time.sleep(0.01)
         finally:
             connections.close_all()

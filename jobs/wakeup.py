@@ -23,13 +23,11 @@ net.
 from __future__ import annotations
 
 import logging
-import pickle
 import secrets
 import time
 from collections.abc import Callable
 
 import psycopg
-from django.core import signing
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
@@ -45,25 +43,32 @@ RECONNECT_BASE_SECONDS = 0.5  # backoff between reconnect attempts, doubled up t
 RECONNECT_CAP_SECONDS = 30.0
 
 
-def wake_tasks_in_broker() -> tuple[int, int]:
+def wake_tasks_in_broker(*, funcs: dict[int, str] | None = None) -> tuple[int, int]:
     """(outstanding, pending) wake tasks in django-q2's ORM broker for this cluster.
 
     Outstanding: queued or taken by a cluster and not yet acknowledged. Pending: not taken
-    yet (the ORM broker marks a taken task by moving its `lock` into the future).
+    yet (the ORM broker marks a taken task by moving its `lock` into the future). `funcs`
+    caches each row's function by id (a row's payload never changes), so a listener decodes
+    each signed payload once, not on every check.
     """
     from django_q.brokers import get_broker
     from django_q.models import OrmQ
 
+    funcs = {} if funcs is None else funcs
     now = timezone.now()
+    rows = list(OrmQ.objects.filter(key=get_broker().list_key).values_list("id", "lock"))
+    present = {pk for pk, _lock in rows}
+    for pk in set(funcs) - present:
+        del funcs[pk]
+    unknown = present - set(funcs)
+    if unknown:  # an undecodable row reads as a task of no function (django-q2's OrmQ.task)
+        for row in OrmQ.objects.filter(pk__in=unknown).only("id", "payload"):
+            funcs[row.pk] = row.func()
     outstanding = pending = 0
-    for row in OrmQ.objects.filter(key=get_broker().list_key):
-        try:
-            func = row.func()
-        except (signing.BadSignature, pickle.UnpicklingError, ValueError):
-            continue  # not ours to judge (another SECRET_KEY, a damaged row): not a wake task
-        if func == WAKE_TASK:
+    for pk, lock in rows:
+        if funcs.get(pk) == WAKE_TASK:
             outstanding += 1
-            pending += row.lock <= now
+            pending += lock is None or lock <= now
     return outstanding, pending
 
 
@@ -73,9 +78,9 @@ def send_wake_task() -> None:
     async_task(WAKE_TASK, task_name=f"{WAKE_TASK_NAME} {secrets.token_hex(4)}")
 
 
-def request_wake(*, workers: int) -> bool:
-    """Send a wake task unless one is pending or `workers` are outstanding; True if sent."""
-    outstanding, pending = wake_tasks_in_broker()
+def request_wake(*, workers: int, funcs: dict[int, str] | None = None) -> bool:
+    """Send a wake task unless one is pending or `workers` + 1 are outstanding; True if sent."""
+    outstanding, pending = wake_tasks_in_broker(funcs=funcs)
     if pending or outstanding >= workers + 1:
         return False
     send_wake_task()
@@ -90,7 +95,7 @@ class WakeListener:
     backoff, and after each reconnect it requests a wake-up for what it may have missed.
     """
 
-    def __init__(self, *, workers: int, coalesce_seconds: float = 0.02) -> None:
+    def __init__(self, *, workers: int, coalesce_seconds: float = 0.05) -> None:
         self.workers = workers
         # After a notification, notifications arriving this soon after are read in the same
         # round: one broker check for a burst instead of one per insert.
@@ -98,6 +103,7 @@ class WakeListener:
         self.connection: psycopg.Connection | None = None
         self.connects = 0
         self.wakes_sent = 0
+        self._funcs: dict[int, str] = {}  # OrmQ id -> task function, see wake_tasks_in_broker
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         failures = 0
@@ -105,19 +111,18 @@ class WakeListener:
             try:
                 if self.connection is None or self.connection.closed:
                     self._connect()
-                    if self.connects > 1 and request_wake(workers=self.workers):
+                    if self.connects > 1 and self._request_wake():
                         self.wakes_sent += 1  # what the outage may have hidden
                 failures = 0
-                if self._wait_for_notifications():
-                    if request_wake(workers=self.workers):
-                        self.wakes_sent += 1
+                if self._wait_for_notifications() and self._request_wake():
+                    self.wakes_sent += 1
             except Exception as exc:  # noqa: BLE001 - the listener loop's one catch-all
                 failures += 1
                 delay = retry_delay(
                     failures, base=RECONNECT_BASE_SECONDS, cap=RECONNECT_CAP_SECONDS, jitter=0.25
                 )
                 logger.warning(
-                    "job wake-up listener lost its connection (%s: %s); reconnecting in %.1fs",
+                    "job wake-up listener failed (%s: %s); reconnecting in %.1fs",
                     type(exc).__name__,
                     exc,
                     delay,
@@ -127,6 +132,9 @@ class WakeListener:
                 connections[DEFAULT_DB_ALIAS].close()  # the broker's may be gone too
                 _sleep_unless(should_stop, delay)
         self.close()
+
+    def _request_wake(self) -> bool:
+        return request_wake(workers=self.workers, funcs=self._funcs)
 
     def close(self) -> None:
         if self.connection is not None:
