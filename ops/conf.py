@@ -24,6 +24,7 @@ CONSOLE_EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 class Config:
     var_dir: Path  # WORKER_VAR_DIR: where the demo writes its mail when email is console
     email_backend: str  # Django's EMAIL_BACKEND (the demo swaps console for files)
+    db_is_embedded: bool  # DB_IS_EMBEDDED: DATABASE_URL unset, the embedded PostgreSQL
     metrics_token: str  # METRICS_TOKEN: bearer token of /metrics; empty: the endpoint is off
 
 
@@ -48,6 +49,7 @@ def get_config() -> Config:
     return Config(
         var_dir=Path(var_dir),
         email_backend=_str("EMAIL_BACKEND", CONSOLE_EMAIL_BACKEND),
+        db_is_embedded=bool(getattr(settings, "DB_IS_EMBEDDED", False)),
         metrics_token=_token(getattr(settings, "METRICS_TOKEN", "")),
     )
 

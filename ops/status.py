@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
 from django.utils import timezone
 
 from canonical_ids.selectors import leases_live
@@ -25,6 +26,7 @@ from inbound_email.selectors import (
 from jobs.models import Job
 from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
 from notifications.selectors import notification_status_counts, notifications_stuck_sending
+from ops.conf import get_config
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
 BACKLOG_ALERT_SECONDS = 300
@@ -34,6 +36,7 @@ STUCK_JOBS_LISTED = 50
 
 @dataclass
 class WorkerStatus:
+    database: dict[str, Any] = field(default_factory=dict)
     jobs_by_status: dict[str, int] = field(default_factory=dict)
     jobs_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     oldest_due_job: dict[str, Any] | None = None
@@ -59,7 +62,7 @@ class WorkerStatus:
 
 def worker_status(*, now: datetime | None = None) -> WorkerStatus:
     now = now or timezone.now()
-    status = WorkerStatus(now=now)
+    status = WorkerStatus(now=now, database=database_info())
     _jobs(status, now)
     _inbound(status, now)
     _notifications(status, now)
@@ -74,6 +77,23 @@ def worker_status(*, now: datetime | None = None) -> WorkerStatus:
         for lease in leases_live(now=now)
     ]
     return status
+
+
+def database_info() -> dict[str, Any]:
+    """Which database this process uses: engine, server version, where (no password), and
+    whether it is the embedded server under WORKER_VAR_DIR/pg."""
+    params = connection.settings_dict
+    host = params.get("HOST") or "localhost"
+    where = host if host.startswith("/") else f"{host}:{params.get('PORT') or 5432}"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        version = cursor.fetchone()[0]
+    return {
+        "engine": connection.vendor,
+        "server_version": version,
+        "embedded": get_config().db_is_embedded,
+        "where": f"{where}/{params['NAME']}",
+    }
 
 
 def _jobs(status: WorkerStatus, now: datetime) -> None:
