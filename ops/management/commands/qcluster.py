@@ -8,6 +8,7 @@ from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 
 from jobs.wakeup import WakeListener
+from ops.conf import get_config
 from ops.schedules import ensure_schedules
 
 
@@ -36,5 +37,5 @@ class Command(DjangoQClusterCommand):
         if options.get("run_once", False):
             cluster.stop()
             return
-        listener = WakeListener(workers=settings.Q_CLUSTER["workers"])
+        listener = WakeListener(workers=get_config().cluster_workers)
         listener.run(should_stop=lambda: not cluster.sentinel.is_alive())
