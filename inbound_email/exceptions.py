@@ -40,3 +40,12 @@ class SlackPostError(InboundEmailError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class SlackLookupError(InboundEmailError):
+    """A channel's history could not be searched to the end (API error, 429, network); the
+    caller cannot tell whether an earlier post arrived. `retry_after` as in SlackPostError."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
