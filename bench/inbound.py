@@ -11,6 +11,12 @@ For each store (a local folder, S3 through moto in-process) it prints, in one pr
     database inbox), mails/s;
   * parsing: `parse_mail` alone on the same bytes, and its share of the whole-path time.
 Half of the mails carry a rating only, half a rating and an instruction.
+
+Then one row per parse bomb of tests/support/mail_bombs.py (issue 10), next to a normal
+mail as the baseline: the parse as the poller does it (header-only checks, then the body),
+best of --bomb-repeat runs, and one whole poll of the bomb alone (`poll_once` on a folder
+store holding only it), with the outcome (quarantined with the limit named, or processed).
+`--mails 0` prints only the bomb rows.
 """
 
 from __future__ import annotations
@@ -163,10 +169,62 @@ def run_store(name: str, url: str, mails: list[bytes]) -> None:
     print(f"  outcomes: {dict(summary.outcomes)}; ledger {statuses}; left in intake: {left}")
 
 
+def run_bombs(notification, repeat: int) -> None:
+    from inbound_email.exceptions import MailLimitExceeded
+    from inbound_email.models import InboundEmail
+    from inbound_email.parsing import parse_headers, parse_mail
+    from inbound_email.poller import poll_once
+    from inbound_email.replies import header_rejection
+    from inbound_email.stores import store_from_url
+    from notifications.reply_address import reply_address_for
+    from tests.support.mail_bombs import corpus
+
+    def parse_like_the_poller(raw: bytes) -> None:
+        try:
+            if header_rejection(parse_headers(raw)) is None:
+                parse_mail(raw)
+        except MailLimitExceeded:
+            pass
+
+    rows = [("normal mail (baseline)", make_mails(2, notification.token, "bomb-base")[1])]
+    for bomb in corpus(to=reply_address_for(notification.token)):
+        unique_id = f"<bomb-{bomb.name}@university.example>".encode()
+        rows.append((bomb.name, bomb.raw.replace(b"<bomb@university.example>", unique_id)))
+
+    print(f"[parse bombs] best of {repeat} parses; one whole poll each; folder store")
+    print(
+        f"  {'mail':28} {'size':>8}  {'parse':>9} {'x base':>7}  {'poll':>9} {'x base':>7}  outcome"
+    )
+    base_parse = base_poll = 0.0
+    with tempfile.TemporaryDirectory() as folder, override_settings(INBOUND_EMAIL_STORE=folder):
+        store = store_from_url(folder)
+        for index, (name, raw) in enumerate(rows):
+            parse = float("inf")
+            for _ in range(repeat):
+                started = time.perf_counter()
+                parse_like_the_poller(raw)
+                parse = min(parse, time.perf_counter() - started)
+            key = f"bomb-{index:02d}"
+            store.put(key, raw)
+            started = time.perf_counter()
+            poll_once(store=store)
+            poll = time.perf_counter() - started
+            row = InboundEmail.objects.get(store_key=key)
+            outcome = f"{row.status}:{row.reason}" if row.reason else str(row.status)
+            if index == 0:
+                base_parse, base_poll = parse, poll
+            print(
+                f"  {name:28} {len(raw) / 1e6:6.2f}MB"
+                f"  {parse * 1e3:7.1f}ms {parse / base_parse:6.1f}x"
+                f"  {poll * 1e3:7.1f}ms {poll / base_poll:6.1f}x  {outcome}"
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mails", type=int, default=500)
     parser.add_argument("--stores", default="folder,s3", help="comma list of folder, s3")
+    parser.add_argument("--bomb-repeat", type=int, default=5, help="parses per bomb (best of)")
     args = parser.parse_args()
 
     setup_test_environment()
@@ -177,7 +235,7 @@ def main() -> None:
             from django.conf import settings
 
             print(f"database: {settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}")
-            for name in args.stores.split(","):
+            for name in args.stores.split(",") if args.mails else []:
                 if name == "folder":
                     with tempfile.TemporaryDirectory() as folder:
                         with override_settings(INBOUND_EMAIL_STORE=folder):
@@ -191,6 +249,7 @@ def main() -> None:
                         boto3.client("s3").create_bucket(Bucket="bench")
                         mails = make_mails(args.mails, notification.token, "s3")
                         run_store("s3-moto", "s3://bench/inbound", mails)
+            run_bombs(notification, args.bomb_repeat)
     finally:
         teardown_databases(old_config, verbosity=0)
 

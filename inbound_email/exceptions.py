@@ -49,3 +49,17 @@ class SlackLookupError(InboundEmailError):
     def __init__(self, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class MailLimitExceeded(InboundEmailError):
+    """A mail passed one of the parsing limits (hostile or absurd): quarantined at once.
+
+    `limit` names the setting (e.g. INBOUND_EMAIL_MAX_MIME_PARTS), `reason` is the
+    InboundEmail.Reason the mail is quarantined with; the message says what was found.
+    """
+
+    def __init__(self, *, limit: str, reason: str, detail: str) -> None:
+        super().__init__(f"{limit}: {detail}")
+        self.limit = limit
+        self.reason = reason
+        self.detail = detail

@@ -39,6 +39,12 @@ class InboundEmail(models.Model):
         EMPTY_REPLY = "empty_reply", "Nothing to act on"
         # A digest has no proposal: nothing in it can route an instruction or a rating.
         NO_PROPOSAL = "no_proposal", "Not a reply to a proposal's email"
+        # Parsing limits (issue 10): the detail names the setting that was passed.
+        MIME_PARTS_LIMIT = "mime_parts_limit", "Too many MIME parts"
+        MIME_DEPTH_LIMIT = "mime_depth_limit", "MIME parts nested too deep"
+        HEADER_COUNT_LIMIT = "header_count_limit", "Too many header fields"
+        HEADER_SIZE_LIMIT = "header_size_limit", "Header fields too large"
+        TEXT_SIZE_LIMIT = "text_size_limit", "Text part too large"
 
     # Where the object was found (unique: a redelivered object with the same key is one row).
     store_key = models.CharField(max_length=1024, unique=True)

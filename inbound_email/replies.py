@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from inbound_email.exceptions import InvalidRating
 from inbound_email.parsing import ParsedMail
+from notifications.reply_address import token_from_address
 
 RATING_MIN, RATING_MAX = 1, 5
 _WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5}
@@ -119,4 +120,22 @@ def auto_reply_reason(mail: ParsedMail) -> tuple[str, str] | None:
             return "auto_reply", f"{name} header present"
     if _AUTO_SUBJECT_RE.match(mail.subject):
         return "auto_reply", f"subject looks automatic: {mail.subject[:60]!r}"
+    return None
+
+
+def header_rejection(mail: ParsedMail) -> tuple[str, str] | None:
+    """(reason, detail) when the header fields alone already decide that the mail will be
+    rejected: an auto-reply or bounce, no reply token anywhere, or not exactly one From.
+
+    Meant for the result of `parse_headers`: such a mail never has its body parsed (issue 10).
+    It mirrors the first checks of the full acceptance, which still runs on every mail and
+    stays the one that decides; this only lets it skip the expensive part.
+    """
+    auto = auto_reply_reason(mail)
+    if auto is not None:
+        return auto
+    if not mail.in_reply_to and not any(token_from_address(a) for a in mail.recipients):
+        return "no_token", "no reply token in the recipients or In-Reply-To"
+    if mail.from_count != 1:
+        return "sender_mismatch", f"{mail.from_count} From addresses"
     return None

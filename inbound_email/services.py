@@ -33,6 +33,7 @@ from django.db.models.functions import Lower
 from django.utils import timezone
 
 from inbound_email.exceptions import (
+    MailLimitExceeded,
     MailNotInState,
     SlackLookupError,
     SlackPostError,
@@ -40,8 +41,8 @@ from inbound_email.exceptions import (
     StoreNotFound,
 )
 from inbound_email.models import InboundEmail, Reply
-from inbound_email.parsing import ParsedMail, parse_mail, raw_preview
-from inbound_email.replies import auto_reply_reason, split_reply
+from inbound_email.parsing import ParsedMail, parse_headers, parse_mail, raw_preview
+from inbound_email.replies import auto_reply_reason, header_rejection, split_reply
 from inbound_email.slack import (
     escape_mrkdwn,
     find_message,
@@ -217,7 +218,9 @@ def _handle(row: InboundEmail, store: MailStore, now: datetime) -> None:
     row.raw = raw
     row.size = len(raw)
     row.sha256 = sha256_hex(raw)
-    mail = parse_mail(raw)
+    mail = parse_headers(raw)  # header-only checks first: what they reject is never body-parsed
+    if header_rejection(mail) is None:
+        mail = parse_mail(raw)  # past a parsing limit: MailLimitExceeded -> quarantined at once
     row.message_id = mail.message_id
     row.from_address = mail.from_address
     row.to_addresses = ", ".join(mail.recipients)[:5000]
@@ -430,6 +433,9 @@ def _record_failure(
             exc,
             extra={"action": "mail_retry", "mail_key": row.store_key, "attempt": row.attempts},
         )
+        return
+    if isinstance(exc, MailLimitExceeded):  # hostile or absurd mail: the limit is the reason
+        _set_quarantined(row, reason=Reason(exc.reason), detail=str(exc), now=now)
         return
     reason = Reason.TOO_MANY_ATTEMPTS if transient else Reason.PERMANENT_ERROR
     _set_quarantined(row, reason=reason, detail=f"{type(exc).__name__}: {exc}"[:2000], now=now)

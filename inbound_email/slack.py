@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import socket
 from collections.abc import Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.error import URLError
 
@@ -25,7 +27,31 @@ from slack_sdk.errors import SlackApiError, SlackClientError, SlackRequestError
 from inbound_email.exceptions import SlackLookupError, SlackPostError
 
 HISTORY_PAGE_SIZE = 200  # messages per conversations.history page (Slack allows up to 999)
-RETRY_AFTER_CAP_SECONDS = 3600.0  # a Retry-After beyond this (or not finite) is read as this
+RETRY_AFTER_DEFAULT_SECONDS = 1.0  # a 429 with no usable Retry-After
+RETRY_AFTER_MAX_SECONDS = 3600.0  # "inf", "1e300": a wait past this is taken as this
+
+
+def retry_after_seconds(value: object) -> float:
+    """Slack's Retry-After as a finite number of seconds within [0, RETRY_AFTER_MAX_SECONDS].
+
+    The header is input from the network: "inf" or "1e300" used to reach `timedelta` and raise
+    OverflowError in the relay. Seconds or an HTTP date are understood; a huge value is capped,
+    a negative one is 0, and NaN or garbage is the default.
+    """
+    text = str(value).strip() if value is not None else ""
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return RETRY_AFTER_DEFAULT_SECONDS
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    if math.isnan(seconds):
+        return RETRY_AFTER_DEFAULT_SECONDS
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS)
 
 
 def slack_enabled() -> bool:
@@ -73,10 +99,7 @@ def post_message(*, channel: str, text: str, metadata: Mapping[str, Any] | None 
             header = (resp.headers or {}).get("Retry-After") or (resp.headers or {}).get(
                 "retry-after"
             )
-            try:
-                retry_after = float(header) if header is not None else 1.0
-            except (TypeError, ValueError):
-                retry_after = 1.0
+            retry_after = retry_after_seconds(header)
         error = resp.get("error") if resp is not None else None
         raise SlackPostError(
             f"Slack chat.postMessage failed: {error or exc}", retry_after=retry_after
@@ -133,7 +156,12 @@ def find_message(
             )
         except SlackApiError as exc:
             resp = exc.response
-            retry_after = _retry_after(resp) if getattr(resp, "status_code", 0) == 429 else None
+            retry_after = None
+            if resp is not None and resp.status_code == 429:
+                headers = resp.headers or {}
+                retry_after = retry_after_seconds(
+                    headers.get("Retry-After") or headers.get("retry-after")
+                )
             error = resp.get("error") if resp is not None else None
             raise SlackLookupError(
                 f"Slack conversations.history failed: {error or exc}", retry_after=retry_after
@@ -154,16 +182,3 @@ def find_message(
         f"Slack conversations.history: more than {max_pages} pages since {oldest:.0f}; "
         "the history was not searched to the end"
     )
-
-
-def _retry_after(resp: Any) -> float:
-    """Seconds from a 429's Retry-After header: finite, 0..RETRY_AFTER_CAP_SECONDS, else 1."""
-    headers = getattr(resp, "headers", None) or {}
-    header = headers.get("Retry-After") or headers.get("retry-after")
-    try:
-        seconds = float(header)
-    except (TypeError, ValueError):
-        return 1.0
-    if math.isnan(seconds):
-        return 1.0
-    return min(max(seconds, 0.0), RETRY_AFTER_CAP_SECONDS)

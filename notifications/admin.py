@@ -26,7 +26,7 @@ class ProposalAdmin(admin.ModelAdmin):
 @admin.register(EmailNotification)
 class EmailNotificationAdmin(admin.ModelAdmin):
     list_display = ("id", "kind", "status", "user", "proposal", "attempts", "sent_at", "expires_at")
-    list_filter = ("status", "kind")
+    list_filter = ("status", "kind", "failure_reason")
     list_select_related = ("user", "proposal")
     search_fields = ("ses_message_id",)
     date_hierarchy = "created_at"
@@ -71,7 +71,9 @@ class NotificationPreferenceAdmin(admin.ModelAdmin):
         # Deleting a preference would silently put a paused user back on immediate.
         return False
 
-    @admin.action(description="Restore rung (back to immediate, missed count reset)")
+    @admin.action(
+        description="Restore rung (back to immediate, missed count reset)", permissions=["change"]
+    )
     def restore_rung(self, request: HttpRequest, queryset: QuerySet[NotificationPreference]):
         user_ids = list(queryset.values_list("user_id", flat=True))
         for user_id in user_ids:

@@ -87,6 +87,12 @@ class EmailNotification(models.Model):
         EXPIRED = "expired", "Expired"
         FAILED = "failed", "Failed"
 
+    class FailureReason(models.TextChoices):
+        NONE = "", "—"
+        INVALID_ADDRESS = "invalid_address", "Invalid recipient address (never sent)"
+        SEND_REFUSED = "send_refused", "Refused by the mail service on every attempt"
+        CLAIM_TIMED_OUT = "claim_timed_out", "Worker lost while sending, on the last attempt"
+
     OPEN_STATUSES = (Status.PENDING, Status.SENDING, Status.SENT)
     SENT_STATUSES = (Status.SENT, Status.RESPONDED, Status.EXPIRED)
 
@@ -104,6 +110,10 @@ class EmailNotification(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True)
+    # db_default: the web app and the bot insert rows too, without knowing this column.
+    failure_reason = models.CharField(
+        max_length=30, choices=FailureReason.choices, blank=True, default="", db_default=""
+    )
     claimed_at = models.DateTimeField(null=True, blank=True)
     retry_after = models.DateTimeField(
         null=True, blank=True, help_text="A pending row is not claimed again before this time."

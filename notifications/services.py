@@ -20,6 +20,7 @@ from notifications.models import EmailNotification, NotificationPreference
 logger = logging.getLogger(__name__)
 
 Status = EmailNotification.Status
+FailureReason = EmailNotification.FailureReason
 Rung = NotificationPreference.Rung
 
 MISSED_THRESHOLD = 3  # consecutive expired review requests that step a user one rung down
@@ -122,9 +123,61 @@ def notification_record_send_failure(
         claimed_at=None,
         retry_after=now + retry_delay(attempt) if status == Status.PENDING else None,
         last_error=error[:_LAST_ERROR_CHARS],
+        failure_reason=FailureReason.SEND_REFUSED if status == Status.FAILED else "",
         updated_at=now,
     )
     return status if updated else None
+
+
+def notifications_fail_invalid_address(
+    *,
+    user_id: int,
+    kind: str,
+    pending_ids: Sequence[int],
+    proposal_ids: Sequence[int | None],
+    problem: str,
+    now: datetime,
+) -> int:
+    """The user's address cannot be a recipient: what the sweep would claim now fails at once.
+
+    Pending rows and the rows the sweep would create (one per proposal, None for a digest)
+    go straight to `failed` with reason invalid_address, never `sending`: a CR/LF in the
+    address made Django raise BadHeaderError, which left the row `sending` for the claim
+    timeout five times over with a last error that blamed a crash. The address itself is not
+    stored (it is what is wrong); the user's row in the admin shows it. Returns how many rows.
+    """
+    error = f"invalid_address: {problem}"
+    failed = EmailNotification.objects.filter(pk__in=pending_ids, status=Status.PENDING).update(
+        status=Status.FAILED,
+        failure_reason=FailureReason.INVALID_ADDRESS,
+        last_error=error,
+        claimed_at=None,
+        retry_after=None,
+        updated_at=now,
+    )
+    created = EmailNotification.objects.bulk_create(
+        [
+            EmailNotification(
+                user_id=user_id,
+                kind=kind,
+                proposal_id=proposal_id,
+                to_address="",
+                status=Status.FAILED,
+                failure_reason=FailureReason.INVALID_ADDRESS,
+                last_error=error,
+            )
+            for proposal_id in proposal_ids
+        ]
+    )
+    if failed or created:
+        logger.warning(
+            "%s notification(s) of user %s failed: invalid address (%s)",
+            failed + len(created),
+            user_id,
+            problem,
+            extra={"action": "notification_invalid_address", "user_id": user_id, "kind": kind},
+        )
+    return failed + len(created)
 
 
 def notification_release_claims(*, claims: Sequence[tuple[int, datetime]], now: datetime) -> int:
@@ -160,9 +213,18 @@ def notification_retry_failed(*, notification_id: int) -> EmailNotification:
         notification.status = Status.PENDING
         notification.attempts = 0
         notification.retry_after = None
+        notification.failure_reason = FailureReason.NONE
         try:
             with transaction.atomic():  # a savepoint: the caller's transaction stays usable
-                notification.save(update_fields=["status", "attempts", "retry_after", "updated_at"])
+                notification.save(
+                    update_fields=[
+                        "status",
+                        "attempts",
+                        "retry_after",
+                        "failure_reason",
+                        "updated_at",
+                    ]
+                )
         except IntegrityError as exc:
             constraint = getattr(getattr(exc.__cause__, "diag", None), "constraint_name", "")
             reason = _RETRY_BLOCKED.get(constraint or "", f"{exc}".strip())
@@ -193,6 +255,7 @@ def notification_reconcile_stale_claims(*, kind: str | None, now: datetime) -> i
         status=Status.FAILED,
         claimed_at=None,
         last_error="claim timed out on the last attempt (worker crashed while sending?)",
+        failure_reason=FailureReason.CLAIM_TIMED_OUT,
         updated_at=now,
     )
     reclaimed = stale.filter(~spent).update(

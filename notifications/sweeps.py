@@ -33,6 +33,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from notifications import selectors, services
+from notifications.addresses import address_problem
 from notifications.emails import Delivery, render_notification_email
 from notifications.exceptions import SendError
 from notifications.mail import EmailSender, get_sender
@@ -56,6 +57,7 @@ class SweepSummary:
     users: int = 0  # candidate users visited
     sent: int = 0  # mails accepted by the mail service
     failed: int = 0  # sends refused this cycle (retried later, or failed for good)
+    invalid_address: int = 0  # rows failed at the claim: the user's address cannot be used
     expired: int = 0  # unanswered rows written `expired`
     skipped: int = 0  # users with nothing due (paused, no address, not due, nothing new)
     errors: int = 0  # users (or rows) whose processing raised; rolled back and logged
@@ -156,6 +158,7 @@ class _UserResult:
     deliveries: list[Delivery] = field(default_factory=list)
     expired: int = 0
     stepped_down: bool = False
+    invalid_address: int = 0
 
 
 def _apply(kind: str, user: Any, work: _UserWork, clock: _Clock) -> _UserResult:
@@ -180,6 +183,17 @@ def _apply(kind: str, user: Any, work: _UserWork, clock: _Clock) -> _UserResult:
             # Another worker (or a reply) got to some of these rows first: ask nothing new
             # on stale information; the next cycle reads fresh rows.
             work.new_proposals = []
+    problem = address_problem(user.email) if work.claim_rows or work.new_proposals else None
+    if problem is not None:  # never claimed `sending`: fails at once, names the reason
+        result.invalid_address = services.notifications_fail_invalid_address(
+            user_id=user.pk,
+            kind=kind,
+            pending_ids=[row.pk for row in work.claim_rows],
+            proposal_ids=[p.pk if p else None for p in work.new_proposals],
+            problem=problem,
+            now=now,
+        )
+        return result
     deliveries = result.deliveries
     claimed_at = now
     base = {
@@ -426,6 +440,7 @@ def _run_locked(
                     continue
                 summary.expired += result.expired
                 summary.stepped_down += result.stepped_down
+                summary.invalid_address += result.invalid_address
                 if not result.deliveries:
                     summary.skipped += 1
                 deliveries.extend(result.deliveries)

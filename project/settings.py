@@ -208,6 +208,20 @@ INBOUND_EMAIL_MAX_ATTEMPTS = env_int("INBOUND_EMAIL_MAX_ATTEMPTS", 5, minimum=1)
 INBOUND_EMAIL_RETRY_BASE_SECONDS = env_float("INBOUND_EMAIL_RETRY_BASE_SECONDS", 30, minimum=0)
 INBOUND_EMAIL_RETRY_CAP_SECONDS = env_float("INBOUND_EMAIL_RETRY_CAP_SECONDS", 3600, minimum=0)
 INBOUND_EMAIL_POLL_INTERVAL = env_float("INBOUND_EMAIL_POLL_INTERVAL", 30, minimum=1)  # seconds
+# Parsing limits (issue 10): a mail past one is quarantined at once, the limit named as the
+# reason. Checked while the parser builds the message, before anything is decoded.
+INBOUND_EMAIL_MAX_MIME_PARTS = env_int("INBOUND_EMAIL_MAX_MIME_PARTS", 100, minimum=1)  # parts
+INBOUND_EMAIL_MAX_MIME_DEPTH = env_int("INBOUND_EMAIL_MAX_MIME_DEPTH", 20, minimum=1)  # levels
+INBOUND_EMAIL_MAX_HEADERS = env_int("INBOUND_EMAIL_MAX_HEADERS", 1000, minimum=10)  # fields
+INBOUND_EMAIL_MAX_HEADER_BYTES = env_int(  # one header field, raw
+    "INBOUND_EMAIL_MAX_HEADER_BYTES", 16 * 1024, minimum=256
+)
+INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES = env_int(  # all header fields together, raw
+    "INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES", 256 * 1024, minimum=1024
+)
+INBOUND_EMAIL_MAX_TEXT_BYTES = env_int(  # the text part used, after transfer decoding
+    "INBOUND_EMAIL_MAX_TEXT_BYTES", 1024 * 1024, minimum=1024
+)
 MAX_REPLIES_PER_TOKEN_PER_HOUR = env_int("MAX_REPLIES_PER_TOKEN_PER_HOUR", 5, minimum=1)
 # Instruction relay (outbox): attempts to post to Slack before the instruction falls back to
 # the database inbox and is flagged for an operator; backoff between attempts (seconds).

@@ -110,3 +110,24 @@ def test_digest_does_not_invite_instructions(make_pi):
         assert "instruction" not in text.lower()
         assert "reply to this email" not in text.lower()
         assert "unsubscribe" in text  # the way out is still offered
+
+
+@pytest.mark.parametrize("sender", ["django", "ses"])
+def test_subject_is_not_html_escaped(make_pi, sender, request):
+    """Users saw "Please rate: Tom &amp; Jerry": the subject template was autoescaped. The
+    header as it leaves the sender (locmem backend, or the raw mail SES got) decodes to the
+    title as written."""
+    if sender == "ses":
+        ses = request.getfixturevalue("ses")
+    pi = make_pi()
+    pi.proposals.update(title='Tom & Jerry <"quoted"> it\'s')
+    sweep_proposal_reviews()
+
+    if sender == "ses":
+        [sent] = ses.messages
+        raw = sent.raw_data.encode()
+    else:
+        [message] = mail.outbox
+        raw = message.message().as_bytes()
+    parsed = email.message_from_bytes(raw, policy=policy.default)
+    assert str(parsed["Subject"]) == 'Please rate: Tom & Jerry <"quoted"> it\'s'
