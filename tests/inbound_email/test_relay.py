@@ -559,3 +559,50 @@ def test_spent_budget_after_unknown_outcomes_looks_up_before_the_inbox_fallback(
     assert len(slack.attempts("conversations.history")) == 2
     assert responded(notification)
     assert intake_keys(folder_store) == []
+
+
+# --- no silent loss of instruction text (issue 10, point 6) --------------------------------
+
+CUT_BODY = "Please recruit\n> 50 participants\nper site.\n\n__\nAnd drop section 4 <b>now</b>."
+
+
+@pytest.mark.django_db(transaction=True)
+def test_text_the_parser_cut_is_kept_and_the_slack_post_says_so(folder_store, notification, slack):
+    """Issue 10.6: a line starting with `>` and the text after an underscore line were
+    dropped without a trace. They are kept on the Reply and the post tells the team."""
+    reply = accepted_instruction(folder_store, notification, body=CUT_BODY)
+    assert reply.instruction == "Please recruit\nper site."
+    assert "> 50 participants" in reply.stripped_text
+    assert "And drop section 4 <b>now</b>." in reply.stripped_text
+    assert reply.cut_lines == 3
+
+    relay_until_settled()
+
+    text = slack.channel_messages(CHANNEL)[0]["text"]
+    assert text.endswith(
+        f"[3 lines of quoted/trailing text were not relayed; see reply #{reply.pk} in the admin]"
+    )
+    assert "50 participants" not in text and "drop section 4" not in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_text_the_parser_cut_is_noted_in_the_database_inbox_message(folder_store, notification):
+    reply = accepted_instruction(folder_store, notification, body=CUT_BODY)
+
+    run_pending()
+
+    message = Message.objects.get()
+    assert message.text == (
+        "Please recruit\nper site.\n"
+        f"[3 lines of quoted/trailing text were not relayed; see reply #{reply.pk} in the admin]"
+    )
+    assert message.metadata["cut_lines"] == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_the_quote_of_our_mail_stripped_adds_no_note(folder_store, notification, slack):
+    reply = accepted_instruction(folder_store, notification)  # build_mail quotes our mail
+    assert reply.stripped_text.startswith("On Mon, 1 Dec 2026, Assistant wrote:")
+    assert reply.cut_lines == 0
+    relay_until_settled()
+    assert "not relayed" not in slack.channel_messages(CHANNEL)[0]["text"]
