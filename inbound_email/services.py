@@ -710,14 +710,15 @@ def reply_relay_claim(*, reply_id: int, now: datetime) -> RelayClaim | None:
                 "slack_channel",
             ]
         )
-    return RelayClaim(
-        reply_id=reply.pk,
-        attempt=reply.relay_attempts,
-        claimed_at=now,
-        channel=reply.slack_channel,
-        text=slack_text(reply),
-        unsure_since=reply.relay_unsure_since,
-    )
+        # Built inside the claim's transaction: a failure here leaves no `posting` claim.
+        return RelayClaim(
+            reply_id=reply.pk,
+            attempt=reply.relay_attempts,
+            claimed_at=now,
+            channel=reply.slack_channel,
+            text=slack_text(reply),
+            unsure_since=reply.relay_unsure_since,
+        )
 
 
 def _relay_to_slack(claim: RelayClaim) -> RelayResult:
