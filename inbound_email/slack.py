@@ -20,10 +20,10 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.error import URLError
 
-from django.conf import settings
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError, SlackRequestError
 
+from inbound_email.conf import get_config
 from inbound_email.exceptions import SlackLookupError, SlackPostError
 
 HISTORY_PAGE_SIZE = 200  # messages per conversations.history page (Slack allows up to 999)
@@ -55,7 +55,7 @@ def retry_after_seconds(value: object) -> float:
 
 
 def slack_enabled() -> bool:
-    return bool(settings.SLACK_BOT_TOKEN)
+    return get_config().slack_enabled
 
 
 def escape_mrkdwn(text: str) -> str:
@@ -64,10 +64,11 @@ def escape_mrkdwn(text: str) -> str:
 
 
 def _client() -> WebClient:
+    config = get_config()
     return WebClient(
-        token=settings.SLACK_BOT_TOKEN,
-        base_url=settings.SLACK_API_URL,
-        timeout=int(max(1, settings.SLACK_TIMEOUT)),
+        token=config.slack_bot_token,
+        base_url=config.slack_api_url,
+        timeout=int(max(1, config.slack_timeout)),
         retry_handlers=[],  # never resend on our behalf: a resent post is a duplicate
     )
 
@@ -78,7 +79,7 @@ def post_message(*, channel: str, text: str, metadata: Mapping[str, Any] | None 
     `metadata` ({"event_type": ..., "event_payload": {...}}) is stored with the message, so
     `find_message` can find it after an ambiguous failure.
     """
-    if not settings.SLACK_BOT_TOKEN:
+    if not slack_enabled():
         raise SlackPostError("Slack is off (no SLACK_BOT_TOKEN)")
     if not channel:
         raise SlackPostError("the proposal has no Slack channel")

@@ -10,14 +10,14 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 from model_bakery import baker
 
 from canonical_ids.models import Message
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
-from inbound_email.services import (
+from inbound_email.services.relay import (
     RelayResult,
     relay_metadata,
     reply_relay,
@@ -606,3 +606,38 @@ def test_only_the_quote_of_our_mail_stripped_adds_no_note(folder_store, notifica
     assert reply.cut_lines == 0
     relay_until_settled()
     assert "not relayed" not in slack.channel_messages(CHANNEL)[0]["text"]
+
+
+class CommitFailed(Exception):
+    """Stands for whatever makes the caller's transaction roll back after the relay."""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_relay_whose_transaction_rolls_back_keeps_the_mail_in_the_intake(
+    folder_store, notification
+):
+    """Mutant: calling inbound_email_finalize inside the transaction instead of on_commit."""
+    folder_store.put("m", build_mail(token=notification.token, body="Please cut section 3."))
+    poll_once()
+    reply = Reply.objects.get()
+    assert InboundEmail.objects.get().status == Status.AWAITING_RELAY
+
+    with pytest.raises(CommitFailed), transaction.atomic():
+        assert reply_relay(reply_id=reply.pk) == "inboxed"
+        raise CommitFailed
+
+    row = InboundEmail.objects.get()
+    assert (row.status, row.intake_deleted) == (Status.AWAITING_RELAY, False)
+    assert intake_keys(folder_store) == ["m"]
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.PENDING
+    assert not Message.objects.exists()  # the inbox insert was rolled back with it
+
+    run_pending()  # the relay job queued at accept time: this attempt commits
+
+    row.refresh_from_db()
+    assert (row.status, row.intake_deleted) == (Status.PROCESSED, True)
+    assert intake_keys(folder_store) == []
+    assert Message.objects.get().text == "Please cut section 3."
+    notification.refresh_from_db()
+    assert notification.status == EmailNotification.Status.RESPONDED
