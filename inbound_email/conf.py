@@ -28,6 +28,7 @@ class Config:
     relay_max_attempts: int  # Slack posts before the database-inbox fallback
     relay_backoff_base_seconds: float
     relay_backoff_cap_seconds: float
+    relay_claim_timeout_seconds: float  # a `posting` claim older than this lost its worker
     slack_bot_token: str  # empty: Slack off
     slack_api_url: str
     slack_timeout: float  # seconds per HTTP call
@@ -85,6 +86,7 @@ def get_config() -> Config:
         relay_max_attempts=_int("INBOUND_RELAY_MAX_ATTEMPTS", 6, minimum=1),
         relay_backoff_base_seconds=_float("INBOUND_RELAY_BACKOFF_BASE_SECONDS", 30, minimum=0),
         relay_backoff_cap_seconds=_float("INBOUND_RELAY_BACKOFF_CAP_SECONDS", 1800, minimum=0),
+        relay_claim_timeout_seconds=_float("INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS", 300, minimum=0),
         slack_bot_token=_str("SLACK_BOT_TOKEN", "", required=False),
         slack_api_url=_str("SLACK_API_URL", "https://slack.com/api/", required=True),
         slack_timeout=_float("SLACK_TIMEOUT", 10, minimum=0, inclusive=False),

@@ -42,6 +42,15 @@ class SlackPostError(InboundEmailError):
         self.retry_after = retry_after
 
 
+class SlackLookupError(InboundEmailError):
+    """A channel's history could not be searched to the end (API error, 429, network); the
+    caller cannot tell whether an earlier post arrived. `retry_after` as in SlackPostError."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class MailLimitExceeded(InboundEmailError):
     """A mail passed one of the parsing limits (hostile or absurd): quarantined at once.
 

@@ -118,6 +118,10 @@ class Reply(models.Model):
     class RelayStatus(models.TextChoices):
         NONE = "none", "No instruction"
         PENDING = "pending", "Pending (retrying)"
+        # Claimed and committed before the Slack post; the outcome is recorded afterwards. A
+        # row still here after INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS lost its worker between
+        # the post and the record: it is looked up in Slack before any new post.
+        POSTING = "posting", "Posting (claimed; outcome not yet recorded)"
         POSTED = "posted", "Posted to Slack"
         INBOXED = "inboxed", "Recorded in the database inbox"
 
@@ -132,6 +136,16 @@ class Reply(models.Model):
     rating = models.PositiveSmallIntegerField(null=True, blank=True)
     rating_error = models.CharField(max_length=300, blank=True)
     instruction = models.TextField(blank=True)
+    stripped_text = models.TextField(
+        blank=True,
+        help_text="Text of the mail that was not relayed: quoted history, signature, text "
+        "after a separator line (kept so nothing the PI wrote is lost).",
+    )
+    cut_lines = models.PositiveIntegerField(
+        default=0,
+        help_text="Lines of the stripped text that may be the PI's own (all but the quote of "
+        "the mail answered); the relayed message says when there are any.",
+    )
 
     relay_status = models.CharField(
         max_length=10, choices=RelayStatus.choices, default=RelayStatus.NONE
@@ -139,6 +153,15 @@ class Reply(models.Model):
     relay_attempts = models.PositiveIntegerField(default=0)
     relay_next_attempt_at = models.DateTimeField(null=True, blank=True)
     relay_last_error = models.TextField(blank=True)
+    relay_claimed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the current or last relay attempt was claimed."
+    )
+    relay_unsure_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="A post since then may have reached Slack unconfirmed (timeout, 5xx, reset, "
+        "crash): the channel is searched for it before any new post or the inbox fallback.",
+    )
     slack_channel = models.CharField(max_length=64, blank=True)
     slack_ts = models.CharField(max_length=32, blank=True)
     message_ts = models.CharField(
@@ -165,6 +188,10 @@ class Reply(models.Model):
             models.CheckConstraint(
                 condition=Q(rating__isnull=True) | Q(rating__gte=1, rating__lte=5),
                 name="reply_rating_between_1_and_5",
+            ),
+            models.CheckConstraint(
+                condition=~Q(relay_status="posting") | Q(relay_claimed_at__isnull=False),
+                name="reply_posting_has_a_claim_time",
             ),
         ]
 

@@ -33,6 +33,7 @@ from email.header import decode_header
 from email.message import Message
 from email.parser import BytesParser
 from email.utils import getaddresses, parsedate_to_datetime
+from functools import cached_property
 
 from email_reply_parser import EmailReplyParser
 from selectolax.lexbor import LexborHTMLParser
@@ -382,10 +383,53 @@ def body_text(message: Message, *, limits: ParseLimits | None = None) -> str:
     return clean_text(text)[:MAX_BODY_CHARS]
 
 
+@dataclass(frozen=True)
+class ReplySplit:
+    """A reply body split by email-reply-parser into what is relayed and what is not."""
+
+    reply: str  # the new text: what is relayed
+    stripped: str  # everything else: quoted history, signature, text after a separator line
+    cut_lines: int  # non-blank stripped lines, not counting the quote of the mail answered
+
+
+# The quote of the mail answered: "On <date>, <sender> wrote:" then only "> " lines, at the end.
+_QUOTE_HEADER_RE = re.compile(r"^On\s.*wrote:\s*$")
+
+
+def split_reply_text(text: str) -> ReplySplit:
+    """Split a reply body; nothing is lost: `reply` + `stripped` hold every non-blank line.
+
+    The parser drops lines starting with ">" and everything after a signature or separator
+    line ("--", "__", Outlook's underscores); a PI's own text can be among them. `cut_lines`
+    counts what may be such text, so the relay can say that something was not relayed; the
+    trailing quote of the mail answered (what every client appends) is not counted.
+    """
+    if not text.strip():
+        return ReplySplit("", "", 0)
+    fragments = EmailReplyParser.read(text).fragments
+    kept = [f for f in fragments if not (f.hidden or f.quoted)]
+    dropped = [f for f in fragments if (f.hidden or f.quoted) and f.content.strip()]
+    counted = list(dropped)
+    last = next((f for f in reversed(fragments) if f.content.strip()), None)
+    if last is not None and last in dropped and _is_quote_of_answered_mail(last.content):
+        counted.remove(last)
+    return ReplySplit(
+        reply=clean_text("\n".join(f.content for f in kept)).strip(),
+        stripped=clean_text("\n".join(f.content for f in dropped)).strip(),
+        cut_lines=sum(1 for f in counted for line in f.content.splitlines() if line.strip()),
+    )
+
+
+def _is_quote_of_answered_mail(content: str) -> bool:
+    first, *rest = content.strip().splitlines()
+    return bool(_QUOTE_HEADER_RE.match(first.strip())) and all(
+        line.lstrip().startswith(">") or not line.strip() for line in rest
+    )
+
+
 def extract_reply(text: str) -> str:
     """The new text of a reply: quoted history and signature stripped."""
-    reply = EmailReplyParser.parse_reply(text) if text.strip() else ""
-    return clean_text(reply).strip()
+    return split_reply_text(text).reply
 
 
 def message_ids(value: str) -> list[str]:
@@ -410,6 +454,11 @@ class ParsedMail:
     headers: list[tuple[str, str]] = field(default_factory=list)
     text: str = ""
     reply_text: str = ""
+
+    @cached_property
+    def reply_split(self) -> ReplySplit:
+        """`reply_text` and what was stripped from `text` to get it (see split_reply_text)."""
+        return split_reply_text(self.text)
 
     def header(self, name: str) -> str:
         name = name.lower()

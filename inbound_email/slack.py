@@ -1,4 +1,9 @@
-"""The Slack edge: post one message with slack-sdk, turn every failure into SlackPostError.
+"""The Slack edge: post one message with slack-sdk, turn every failure into SlackPostError;
+find a message posted earlier by its metadata in the channel's history.
+
+slack-sdk's automatic retries are off: a resent chat.postMessage after a reset connection is
+a second message. Whether a failed post may still have arrived is `post_outcome_unknown`'s
+call; the caller then looks the message up (`find_message`) instead of posting again.
 
 Text from mail is escaped (&, <, >) so `<!channel>`, `<!here>` or `<@U123>` in a reply is
 shown literally and pings nobody; `parse="none"` and `link_names=False` keep Slack from
@@ -8,15 +13,20 @@ linking names on its own.
 from __future__ import annotations
 
 import math
+import socket
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Any
+from urllib.error import URLError
 
 from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError, SlackClientError
+from slack_sdk.errors import SlackApiError, SlackClientError, SlackRequestError
 
 from inbound_email.conf import get_config
-from inbound_email.exceptions import SlackPostError
+from inbound_email.exceptions import SlackLookupError, SlackPostError
 
+HISTORY_PAGE_SIZE = 200  # messages per conversations.history page (Slack allows up to 999)
 RETRY_AFTER_DEFAULT_SECONDS = 1.0  # a 429 with no usable Retry-After
 RETRY_AFTER_MAX_SECONDS = 3600.0  # "inf", "1e300": a wait past this is taken as this
 
@@ -59,11 +69,16 @@ def _client() -> WebClient:
         token=config.slack_bot_token,
         base_url=config.slack_api_url,
         timeout=int(max(1, config.slack_timeout)),
+        retry_handlers=[],  # never resend on our behalf: a resent post is a duplicate
     )
 
 
-def post_message(*, channel: str, text: str) -> str:
-    """Post `text` (already escaped) to `channel`; return the message ts."""
+def post_message(*, channel: str, text: str, metadata: Mapping[str, Any] | None = None) -> str:
+    """Post `text` (already escaped) to `channel`; return the message ts.
+
+    `metadata` ({"event_type": ..., "event_payload": {...}}) is stored with the message, so
+    `find_message` can find it after an ambiguous failure.
+    """
     if not slack_enabled():
         raise SlackPostError("Slack is off (no SLACK_BOT_TOKEN)")
     if not channel:
@@ -76,6 +91,7 @@ def post_message(*, channel: str, text: str) -> str:
             link_names=False,
             unfurl_links=False,
             unfurl_media=False,
+            metadata=dict(metadata) if metadata else None,
         )
     except SlackApiError as exc:
         resp = exc.response
@@ -92,3 +108,78 @@ def post_message(*, channel: str, text: str) -> str:
     except (SlackClientError, OSError, ValueError) as exc:
         raise SlackPostError(f"Slack chat.postMessage failed: {exc}") from exc
     return str(response.get("ts") or "")
+
+
+def post_outcome_unknown(exc: SlackPostError) -> bool:
+    """Whether a failed post may still have reached the channel (look it up before posting
+    again): a 5xx, a timeout, a connection reset or an unreadable answer. Not for an answer
+    that says it was refused (ok=false, 429, other 4xx) or a connection never made."""
+    cause = exc.__cause__
+    if cause is None:
+        return False  # refused before any call (Slack off, no channel)
+    if isinstance(cause, SlackApiError):
+        status = getattr(cause.response, "status_code", 0) or 0
+        return status >= 500
+    if isinstance(cause, SlackRequestError):
+        return False  # the request could not even be built
+    reason = cause.reason if isinstance(cause, URLError) else cause
+    return not isinstance(reason, ConnectionRefusedError | socket.gaierror)
+
+
+def find_message(
+    *,
+    channel: str,
+    event_type: str,
+    event_payload: Mapping[str, Any],
+    oldest: float,
+    max_pages: int,
+) -> str | None:
+    """The ts of a message in `channel` newer than `oldest` (epoch seconds) whose metadata
+    has `event_type` and every item of `event_payload`; None when the history since `oldest`
+    has none.
+
+    Reads conversations.history with include_all_metadata, bounded by `oldest` and at most
+    `max_pages` pages. Raises SlackLookupError when the history could not be read to the end,
+    because "not found" must mean "not posted" to the caller. The bot needs the
+    channels:history (groups:history for private channels) scope.
+    """
+    client = _client()
+    wanted = {key: str(value) for key, value in event_payload.items()}
+    cursor: str | None = None
+    for _ in range(max_pages):
+        try:
+            response = client.conversations_history(
+                channel=channel,
+                oldest=f"{max(0.0, oldest):.6f}",
+                limit=HISTORY_PAGE_SIZE,
+                cursor=cursor,
+                include_all_metadata=True,
+            )
+        except SlackApiError as exc:
+            resp = exc.response
+            retry_after = None
+            if resp is not None and resp.status_code == 429:
+                headers = resp.headers or {}
+                retry_after = retry_after_seconds(
+                    headers.get("Retry-After") or headers.get("retry-after")
+                )
+            error = resp.get("error") if resp is not None else None
+            raise SlackLookupError(
+                f"Slack conversations.history failed: {error or exc}", retry_after=retry_after
+            ) from exc
+        except (SlackClientError, OSError, ValueError) as exc:
+            raise SlackLookupError(f"Slack conversations.history failed: {exc}") from exc
+        for message in response.get("messages") or []:
+            meta = message.get("metadata") or {}
+            payload = meta.get("event_payload") or {}
+            if meta.get("event_type") == event_type and all(
+                str(payload.get(key)) == value for key, value in wanted.items()
+            ):
+                return str(message.get("ts") or "")
+        cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+        if not response.get("has_more") or not cursor:
+            return None
+    raise SlackLookupError(
+        f"Slack conversations.history: more than {max_pages} pages since {oldest:.0f}; "
+        "the history was not searched to the end"
+    )

@@ -26,12 +26,19 @@ logger = logging.getLogger(__name__)
 HandlerFn = Callable[[dict[str, Any]], Any]
 
 _handlers: dict[str, HandlerFn] = {}
+_outside_transaction: set[str] = set()  # kinds whose handler manages its own transactions
 _discovered = False
 _lock = threading.Lock()
 
 
-def handler(kind: str) -> Callable[[HandlerFn], HandlerFn]:
+def handler(kind: str, *, atomic: bool = True) -> Callable[[HandlerFn], HandlerFn]:
     """Register the decorated `fn(payload: dict)` as the handler of `kind` jobs.
+
+    With `atomic=False` the runner calls the handler outside any transaction and completes
+    the job in its own one afterwards. That is for a handler with an effect outside the
+    database (a Slack post) that must follow claim -> commit -> effect -> record: inside the
+    job's transaction a database error after the effect would roll the claim back and the
+    retry would repeat the effect. Such a handler must be idempotent per attempt.
 
     Registering the same function twice (a module imported again) is allowed; registering a
     different function for a kind that already has one is a configuration error, because
@@ -48,6 +55,10 @@ def handler(kind: str) -> Callable[[HandlerFn], HandlerFn]:
                 f"refusing to register {_qualname(fn)}"
             )
         _handlers[kind] = fn
+        if atomic:
+            _outside_transaction.discard(kind)
+        else:
+            _outside_transaction.add(kind)
         return fn
 
     return register
@@ -62,6 +73,11 @@ def get_handler(kind: str) -> HandlerFn:
         raise UnknownJobKind(
             f"no handler registered for job kind {kind!r} (known: {', '.join(sorted(_handlers))})"
         ) from None
+
+
+def runs_in_transaction(kind: str) -> bool:
+    """Whether the runner wraps `kind`'s handler and the job's completion in one transaction."""
+    return kind not in _outside_transaction
 
 
 def registered_kinds() -> list[str]:

@@ -119,17 +119,26 @@ def _run_one(job: services.ClaimedJob, summary: RunSummary) -> None:
     context = {"job_id": job.id, "kind": job.kind, "attempt": job.attempts}
     try:
         fn = registry.get_handler(job.kind)
-        # The handler's own transaction: its writes and the completion commit together.
-        # If it raises, atomic() rolls back here, before the failure is recorded below.
-        with transaction.atomic():
+        if registry.runs_in_transaction(job.kind):
+            # The handler's own transaction: its writes and the completion commit together.
+            # If it raises, atomic() rolls back here, before the failure is recorded below.
+            with transaction.atomic():
+                fn(job.payload)
+                services.job_complete(job=job, worker=summary.worker)
+        else:
+            # It commits its own steps (claim -> commit -> external effect -> record).
             fn(job.payload)
-            services.job_complete(job=job, worker=summary.worker)
+            with transaction.atomic():
+                services.job_complete(job=job, worker=summary.worker)
     except LeaseLost:
         summary.lost += 1
         logger.warning(
-            "job #%s %s was reaped while running; its work was rolled back",
+            "job #%s %s was reaped while running; %s",
             job.id,
             job.kind,
+            "its work was rolled back"
+            if registry.runs_in_transaction(job.kind)
+            else "it committed its own steps (idempotent handler)",
             extra={"action": "job_lease_lost", **context},
         )
         return

@@ -220,10 +220,18 @@ MAX_REPLIES_PER_TOKEN_PER_HOUR = env_int("MAX_REPLIES_PER_TOKEN_PER_HOUR", 5, mi
 INBOUND_RELAY_MAX_ATTEMPTS = env_int("INBOUND_RELAY_MAX_ATTEMPTS", 6, minimum=1)
 INBOUND_RELAY_BACKOFF_BASE_SECONDS = env_float("INBOUND_RELAY_BACKOFF_BASE_SECONDS", 30, minimum=0)
 INBOUND_RELAY_BACKOFF_CAP_SECONDS = env_float("INBOUND_RELAY_BACKOFF_CAP_SECONDS", 1800, minimum=0)
+# A relay claimed (`posting`) this long ago lost its worker between the post and the record:
+# it is taken over and looked up in Slack first. Must exceed one attempt's Slack calls (a
+# post plus a bounded history search, each up to SLACK_TIMEOUT) (seconds).
+INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = env_float(
+    "INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS", 300, minimum=60
+)
 # Slack: empty token = Slack off (instructions go to the database inbox).
 SLACK_BOT_TOKEN = env_str("SLACK_BOT_TOKEN", "")
 SLACK_API_URL = env_str("SLACK_API_URL", "https://slack.com/api/")
-SLACK_TIMEOUT = env_float("SLACK_TIMEOUT", 10, minimum=0.1)  # seconds per HTTP call
+# Seconds per HTTP call. At least 10: a post answered after the timeout still arrives, and a
+# 1 s timeout turned a slow Slack into repeated lookups and retries.
+SLACK_TIMEOUT = env_float("SLACK_TIMEOUT", 10, minimum=10)
 # --- notifications ------------------------------------------------------------------------------
 # How notification mail leaves: "django" (Django's EMAIL_BACKEND; console on the embedded
 # default), "ses" (boto3 SES send_raw_email; credentials, AWS_REGION/AWS_DEFAULT_REGION and

@@ -294,12 +294,16 @@ def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> Non
         notification_unsubscribe(token=notification.token)
         mail_finish(row, Status.PROCESSED, Reason.NONE, "unsubscribed: notifications paused", now)
         return None
-    _record_reply(row, notification, decision, now)
+    _record_reply(row, notification, decision, mail, now)
     return None
 
 
 def _record_reply(
-    row: InboundEmail, notification: EmailNotification, decision: Accept, now: datetime
+    row: InboundEmail,
+    notification: EmailNotification,
+    decision: Accept,
+    mail: ParsedMail,
+    now: datetime,
 ) -> None:
     content = decision.content
     assert content is not None
@@ -310,6 +314,9 @@ def _record_reply(
         rating=content.rating,
         rating_error=content.rating_error,
         instruction=content.instruction,
+        # Kept, never silently lost; the relayed message says when some may be the PI's text.
+        stripped_text=mail.reply_split.stripped[:100_000],
+        cut_lines=mail.reply_split.cut_lines,
         relay_status=Reply.RelayStatus.PENDING if content.instruction else Reply.RelayStatus.NONE,
         slack_channel=(proposal.slack_channel if proposal else "")[:64],
     )

@@ -2,16 +2,28 @@
 
 An accepted instruction waits as a pending `Reply` with its mail kept in the intake (status
 awaiting_relay). Each job runs one attempt. Only once the instruction is posted or inboxed is
-the notification marked responded and the mail processed, in the same transaction; the mail
-leaves the intake after that commit (I8, COR-32). A handler that raises is rolled back and
-could not count its own attempts, so `reply_relay` records failures on the Reply and enqueues
-the next attempt itself (`run_after = now + max(backoff, Retry-After)`).
+the notification marked responded and the mail processed, in the same transaction as that
+outcome; the mail leaves the intake after that commit (I8, COR-32). `reply_relay` records
+failures on the Reply and enqueues the next attempt itself
+(`run_after = now + max(backoff, Retry-After)`).
+
+One attempt is claim -> commit -> Slack -> record, the notification sweeps' pattern: the
+claim (status `posting`, the attempt counted, the claim time) commits before any Slack call
+(the job handler runs outside the job's transaction, `atomic=False`), and the outcome is
+recorded in a transaction of its own, so no rollback can undo the record of a post Slack
+accepted and no retry repeats it. A post whose outcome is unknown (timeout, 5xx, reset
+connection, or a claim left `posting` by a crash) sets `relay_unsure_since`; from then on each
+attempt first searches the channel's history for the message by its metadata and records it
+as posted when it is there, before it posts again or falls back to the inbox (I8: posted
+once, inboxed, or pending; never dropped).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -19,11 +31,17 @@ from django.utils import timezone
 
 from canonical_ids import record_message
 from inbound_email.conf import get_config
-from inbound_email.exceptions import SlackPostError
+from inbound_email.exceptions import SlackLookupError, SlackPostError
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.services.ledger import backoff_seconds, reply_complete
 from inbound_email.services.store_sync import inbound_email_finalize
-from inbound_email.slack import escape_mrkdwn, post_message, slack_enabled
+from inbound_email.slack import (
+    escape_mrkdwn,
+    find_message,
+    post_message,
+    post_outcome_unknown,
+    slack_enabled,
+)
 from inbound_email.stores import default_store
 from jobs import enqueue
 
@@ -32,6 +50,52 @@ logger = logging.getLogger(__name__)
 RELAY_JOB_KIND = "inbound_email.relay_reply"
 RELAY_STALE_SECONDS = 900  # a pending relay this overdue lost its wake-up: enqueue it again
 SLACK_TEXT_LIMIT = 3000  # characters of instruction in the Slack message (full text kept)
+
+
+RELAY_EVENT_TYPE = "pi_instruction"  # Slack message metadata of a relayed instruction
+RELAY_LOOKUP_MARGIN_SECONDS = 120  # history searched from this long before the unsure claim
+RELAY_LOOKUP_MAX_PAGES = 10  # of 200 messages; a longer history since then is a failed lookup
+
+
+@dataclass(frozen=True)
+class RelayClaim:
+    """A claimed relay attempt: all the Slack step needs, so it runs without the database."""
+
+    reply_id: int
+    attempt: int
+    claimed_at: datetime
+    channel: str
+    text: str
+    unsure_since: datetime | None
+
+
+@dataclass(frozen=True)
+class RelayResult:
+    """What the Slack step found out. `outcome`: posted | found (in the history, not posted
+    again) | refused (Slack said no: not posted) | unknown (may have been posted) |
+    lookup_failed | spent (budget spent and not in the history: the inbox)."""
+
+    outcome: str
+    ts: str = ""
+    error: str = ""
+    retry_after: float | None = None
+
+
+def relay_metadata(reply_id: int) -> dict[str, Any]:
+    """The Slack message metadata that identifies the post of a reply's instruction."""
+    return {"event_type": RELAY_EVENT_TYPE, "event_payload": {"reply_id": reply_id}}
+
+
+def cut_text_note(reply: Reply) -> str:
+    """A line telling the PI's team that text of the mail was not relayed ("" when none)."""
+    n = reply.cut_lines
+    if not n:
+        return ""
+    lines = "1 line" if n == 1 else f"{n} lines"
+    verb = "was" if n == 1 else "were"
+    return (
+        f"[{lines} of quoted/trailing text {verb} not relayed; see reply #{reply.pk} in the admin]"
+    )
 
 
 def reply_relay_enqueue(*, reply_id: int, run_after: datetime | None = None) -> None:
@@ -53,27 +117,45 @@ def slack_text(reply: Reply) -> str:
             instruction[:SLACK_TEXT_LIMIT]
             + f"\n[… truncated; the full text is reply #{reply.pk} in the admin]"
         )
+    note = cut_text_note(reply)
     return (
         f"Instruction by email reply from {escape_mrkdwn(who)} on "
         f"\u201c{escape_mrkdwn(title)}\u201d:\n{escape_mrkdwn(instruction)}"
+        + (f"\n{escape_mrkdwn(note)}" if note else "")
     )
 
 
 def reply_relay_sweep(*, stale_seconds: float = RELAY_STALE_SECONDS) -> int:
     """Re-enqueue relays whose wake-up was lost (e.g. a job that failed for an unexpected
-    reason): pending replies whose next attempt is long overdue. Returns how many.
+    reason): pending replies whose next attempt is long overdue, and claims left `posting`
+    past INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS (a worker died between the post and its record).
+    Returns how many.
 
     A duplicate wake-up is harmless: the relay locks the reply and checks its status.
     """
     now = timezone.now()
     stale = now - timedelta(seconds=stale_seconds)
+    claim_expired = now - timedelta(seconds=get_config().relay_claim_timeout_seconds)
     with transaction.atomic():
         replies = list(
             Reply.objects.select_for_update(skip_locked=True)
-            .filter(relay_status=Reply.RelayStatus.PENDING)
             .filter(
-                Q(relay_next_attempt_at__lt=stale)
-                | Q(relay_next_attempt_at__isnull=True, created_at__lt=stale)
+                Q(
+                    relay_status=Reply.RelayStatus.PENDING,
+                    relay_next_attempt_at__lt=stale,
+                )
+                | Q(
+                    relay_status=Reply.RelayStatus.PENDING,
+                    relay_next_attempt_at__isnull=True,
+                    created_at__lt=stale,
+                )
+                | (
+                    Q(relay_status=Reply.RelayStatus.POSTING, relay_claimed_at__lt=claim_expired)
+                    & (
+                        Q(relay_next_attempt_at__isnull=True)
+                        | Q(relay_next_attempt_at__lt=claim_expired)
+                    )
+                )
             )
             .only("id")[:500]
         )
@@ -90,58 +172,173 @@ def reply_relay_sweep(*, stale_seconds: float = RELAY_STALE_SECONDS) -> int:
 
 
 def reply_relay(*, reply_id: int) -> str:
-    """One relay attempt of a pending instruction: "posted", "inboxed", "retry" or "skipped".
+    """One relay attempt of an instruction: "posted", "inboxed", "retry" or "skipped".
 
-    Slack off: the instruction goes to the database inbox at once. Slack on: a failed post
-    (no channel, API error, 429) is retried with backoff (at least Retry-After); when the
-    budget is spent it goes to the database inbox with `needs_operator`. Only once it is
-    posted or inboxed is the notification marked responded and the mail processed (and deleted
-    from the intake).
+    Call it outside any transaction (the job handler is registered atomic=False): the claim
+    must commit before Slack is called. Slack off: the instruction goes to the database inbox
+    at once. Slack on: claim -> post (or look up first, after an unknown outcome) -> record.
+    A refused post (no channel, API error, 429) is retried with backoff (at least
+    Retry-After) and, when the budget is spent, goes to the database inbox with
+    `needs_operator`. Only once it is posted or inboxed is the notification marked responded
+    and the mail processed (and deleted from the intake).
     """
-    now = timezone.now()
-    with transaction.atomic():
-        reply = (
-            Reply.objects.select_for_update(of=("self",))
-            .select_related("notification__user", "notification__proposal", "inbound_email")
-            .filter(pk=reply_id)
-            .first()
+    if not slack_enabled():
+        return _relay_to_inbox(reply_id=reply_id, now=timezone.now())
+    claim = reply_relay_claim(reply_id=reply_id, now=timezone.now())
+    if claim is None:
+        return "skipped"
+    result = _relay_to_slack(claim)
+    return reply_relay_record(claim=claim, result=result)
+
+
+def _lock_reply(reply_id: int) -> Reply | None:
+    return (
+        Reply.objects.select_for_update(of=("self",))
+        .select_related("notification__user", "notification__proposal")
+        .filter(pk=reply_id)
+        .first()
+    )
+
+
+def _due(reply: Reply, now: datetime) -> bool:
+    """Whether an attempt may start: pending and due, or `posting` with an expired claim."""
+    if reply.relay_status == Reply.RelayStatus.PENDING:
+        # A duplicate wake-up before the scheduled retry is not due.
+        return not (
+            reply.relay_next_attempt_at and reply.relay_next_attempt_at > now + timedelta(seconds=1)
         )
-        if reply is None or reply.relay_status != Reply.RelayStatus.PENDING:
-            return "skipped"
-        if reply.relay_next_attempt_at and reply.relay_next_attempt_at > now + timedelta(seconds=1):
-            return "skipped"  # a duplicate wake-up before the scheduled retry
-        reply.relay_attempts += 1
-        if not slack_enabled():
-            _inbox(reply, fallback_error="")
-            outcome = "inboxed"
-        else:
-            proposal = reply.notification.proposal
+    if reply.relay_status == Reply.RelayStatus.POSTING:
+        # A live worker is posting it until its claim expires.
+        timeout = timedelta(seconds=get_config().relay_claim_timeout_seconds)
+        return reply.relay_claimed_at is None or reply.relay_claimed_at + timeout <= now
+    return False
+
+
+def reply_relay_claim(*, reply_id: int, now: datetime) -> RelayClaim | None:
+    """Claim one relay attempt and commit it: status `posting`, the attempt counted.
+
+    None when the reply is not due (finished, scheduled later, or claimed by a live worker).
+    A claim left `posting` past its timeout is taken over: its worker may have posted and
+    died before recording, so the post is marked unsure and looked up before any new one.
+    """
+    with transaction.atomic():
+        reply = _lock_reply(reply_id)
+        if reply is None or not _due(reply, now):
+            return None
+        if reply.relay_status == Reply.RelayStatus.POSTING:
+            reply.relay_unsure_since = reply.relay_unsure_since or reply.relay_claimed_at
+            logger.warning(
+                "relay of reply %s was left posting since %s (attempt %s; the worker stopped "
+                "between the post and its record?): looking it up before posting again",
+                reply.pk,
+                reply.relay_claimed_at,
+                reply.relay_attempts,
+                extra={"action": "instruction_claim_expired", "reply_id": reply.pk},
+            )
+        elif reply.relay_unsure_since is None:
             # The proposal's current channel: one configured after a failed attempt is used.
+            # While a post is unsure it stays where that post may be (where the lookup runs).
+            proposal = reply.notification.proposal
             reply.slack_channel = (
                 proposal.slack_channel if proposal else ""
             ) or reply.slack_channel
-            try:
-                reply.slack_ts = post_message(channel=reply.slack_channel, text=slack_text(reply))
-            except SlackPostError as exc:
-                if reply.relay_attempts >= get_config().relay_max_attempts:
-                    _inbox(reply, fallback_error=str(exc))
-                    outcome = "inboxed"
-                else:
-                    _schedule_relay_retry(reply, exc, now)
-                    return "retry"
-            else:
-                reply.relay_status = Reply.RelayStatus.POSTED
-                outcome = "posted"
-                logger.info(
-                    "instruction of reply %s posted to Slack (attempt %s)",
-                    reply.pk,
-                    reply.relay_attempts,
-                    extra={"action": "instruction_posted", "reply_id": reply.pk},
-                )
+        reply.relay_attempts += 1
+        reply.relay_status = Reply.RelayStatus.POSTING
+        reply.relay_claimed_at = now
+        reply.save(
+            update_fields=[
+                "relay_attempts",
+                "relay_status",
+                "relay_claimed_at",
+                "relay_unsure_since",
+                "slack_channel",
+            ]
+        )
+        # Built inside the claim's transaction: a failure here leaves no `posting` claim.
+        return RelayClaim(
+            reply_id=reply.pk,
+            attempt=reply.relay_attempts,
+            claimed_at=now,
+            channel=reply.slack_channel,
+            text=slack_text(reply),
+            unsure_since=reply.relay_unsure_since,
+        )
+
+
+def _relay_to_slack(claim: RelayClaim) -> RelayResult:
+    """The Slack step of one attempt; no database. Every failure becomes a RelayResult."""
+    if claim.unsure_since is not None:
+        try:
+            ts = find_message(
+                channel=claim.channel,
+                event_type=RELAY_EVENT_TYPE,
+                event_payload=relay_metadata(claim.reply_id)["event_payload"],
+                oldest=claim.unsure_since.timestamp() - RELAY_LOOKUP_MARGIN_SECONDS,
+                max_pages=RELAY_LOOKUP_MAX_PAGES,
+            )
+        except SlackLookupError as exc:
+            return RelayResult("lookup_failed", error=str(exc), retry_after=exc.retry_after)
+        if ts:
+            return RelayResult("found", ts=ts)
+    if claim.attempt > get_config().relay_max_attempts:
+        return RelayResult("spent")  # only look-ups were left: it is not in Slack
+    try:
+        ts = post_message(
+            channel=claim.channel, text=claim.text, metadata=relay_metadata(claim.reply_id)
+        )
+    except SlackPostError as exc:
+        outcome = "unknown" if post_outcome_unknown(exc) else "refused"
+        return RelayResult(outcome, error=str(exc), retry_after=exc.retry_after)
+    return RelayResult("posted", ts=ts)
+
+
+def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
+    """Record the outcome of a claimed attempt in its own transaction; returns reply_relay's
+    outcome. A claim that is no longer ours (taken over after its timeout) is left alone."""
+    now = timezone.now()
+    budget = get_config().relay_max_attempts
+    with transaction.atomic():
+        reply = _lock_reply(claim.reply_id)
+        if (
+            reply is None
+            or reply.relay_status != Reply.RelayStatus.POSTING
+            or reply.relay_claimed_at != claim.claimed_at
+        ):
+            logger.warning(
+                "relay of reply %s: the claim of attempt %s was taken over before its outcome "
+                "(%s) was recorded; the new claim looks it up",
+                claim.reply_id,
+                claim.attempt,
+                result.outcome,
+                extra={"action": "instruction_claim_lost", "reply_id": claim.reply_id},
+            )
+            return "skipped"
+        if result.outcome in ("posted", "found"):
+            reply.slack_ts = result.ts
+            reply.relay_status = Reply.RelayStatus.POSTED
+            outcome = "posted"
+            logger.info(
+                "instruction of reply %s %s (attempt %s)",
+                reply.pk,
+                "posted to Slack"
+                if result.outcome == "posted"
+                else "found in the Slack channel's history: recorded as posted, not posted again",
+                reply.relay_attempts,
+                extra={"action": f"instruction_{result.outcome}", "reply_id": reply.pk},
+            )
+        elif result.outcome == "spent" or (result.outcome == "refused" and claim.attempt >= budget):
+            _inbox(reply, fallback_error=result.error or reply.relay_last_error or "not posted")
+            outcome = "inboxed"
+        else:  # refused with budget left, unknown, lookup_failed: try again later
+            if result.outcome == "unknown":
+                reply.relay_unsure_since = reply.relay_unsure_since or claim.claimed_at
+            error = result.error
+            if result.outcome == "lookup_failed":
+                error = f"unsure whether an earlier post arrived; {error}"
+            _schedule_relay_retry(reply, error=error, retry_after=result.retry_after, now=now)
+            return "retry"
         row = InboundEmail.objects.select_for_update().get(pk=reply.inbound_email_id)
         reply_complete(reply, row, now)
-        # The mail leaves the intake only after the outcome commits (the job runner's
-        # transaction when run as a job): a rollback keeps it, still awaiting_relay.
         inbound_email_id = reply.inbound_email_id
         transaction.on_commit(
             lambda: inbound_email_finalize(ids=[inbound_email_id], store=default_store()),
@@ -150,32 +347,63 @@ def reply_relay(*, reply_id: int) -> str:
     return outcome
 
 
-def _schedule_relay_retry(reply: Reply, exc: SlackPostError, now: datetime) -> None:
+def _relay_to_inbox(*, reply_id: int, now: datetime) -> str:
+    """Slack off: the database inbox at once, in one transaction (no external effect)."""
+    with transaction.atomic():
+        reply = _lock_reply(reply_id)
+        if reply is None or not _due(reply, now):
+            return "skipped"
+        reply.relay_attempts += 1
+        unsure = reply.relay_unsure_since is not None or reply.relay_status == "posting"
+        _inbox(
+            reply,
+            fallback_error="Slack was turned off while a post of it was unconfirmed: it may "
+            "be in Slack too"
+            if unsure
+            else "",
+        )
+        row = InboundEmail.objects.select_for_update().get(pk=reply.inbound_email_id)
+        reply_complete(reply, row, now)
+        # The mail leaves the intake only after the outcome commits.
+        inbound_email_id = reply.inbound_email_id
+        transaction.on_commit(
+            lambda: inbound_email_finalize(ids=[inbound_email_id], store=default_store()),
+            robust=True,
+        )
+    return "inboxed"
+
+
+def _schedule_relay_retry(
+    reply: Reply, *, error: str, retry_after: float | None, now: datetime
+) -> None:
     config = get_config()
     delay = backoff_seconds(
         reply.relay_attempts,
         base=config.relay_backoff_base_seconds,
         cap=config.relay_backoff_cap_seconds,
     )
-    if exc.retry_after is not None:
-        delay = max(delay, exc.retry_after)
+    if retry_after is not None:
+        delay = max(delay, retry_after)
+    reply.relay_status = Reply.RelayStatus.PENDING
     reply.relay_next_attempt_at = now + timedelta(seconds=delay)
-    reply.relay_last_error = str(exc)[:2000]
+    reply.relay_last_error = error[:2000]
     reply.save(
         update_fields=[
-            "relay_attempts",
+            "relay_status",
+            "relay_unsure_since",
             "relay_next_attempt_at",
             "relay_last_error",
-            "slack_channel",
         ]
     )
     reply_relay_enqueue(reply_id=reply.pk, run_after=reply.relay_next_attempt_at)
-    logger.warning(
-        "instruction of reply %s not posted (attempt %s, retry in %.0fs): %s",
+    spent = reply.relay_attempts >= config.relay_max_attempts
+    (logger.error if spent else logger.warning)(
+        "instruction of reply %s not posted (attempt %s%s, retry in %.0fs): %s",
         reply.pk,
         reply.relay_attempts,
+        "; budget spent, Slack's answer unknown: looked up before the inbox" if spent else "",
         delay,
-        exc,
+        error,
         extra={
             "action": "instruction_retry",
             "reply_id": reply.pk,
@@ -188,9 +416,10 @@ def _inbox(reply: Reply, *, fallback_error: str) -> None:
     """Record the instruction in the database inbox (a Message with a minted canonical id)."""
     notification = reply.notification
     proposal = notification.proposal
+    note = cut_text_note(reply)
     message = record_message(
         run_id=(proposal.run_id if proposal else "")[:64],
-        text=reply.instruction,
+        text=reply.instruction + (f"\n{note}" if note else ""),
         author=f"pi:{notification.user_id}",
         source="email",
         metadata={
@@ -199,6 +428,7 @@ def _inbox(reply: Reply, *, fallback_error: str) -> None:
             "inbound_email_id": reply.inbound_email_id,
             "rating": reply.rating,
             "slack_failed": bool(fallback_error),
+            "cut_lines": reply.cut_lines,
         },
     )
     reply.message_ts = message.ts

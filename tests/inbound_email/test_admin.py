@@ -149,3 +149,20 @@ def test_acknowledge_needs_the_change_permission(folder_store, notification, cli
     assert response.status_code in (200, 302)
     reply.refresh_from_db()
     assert reply.operator_acknowledged_at is None
+
+
+def test_reply_shows_the_text_that_was_not_relayed_escaped(
+    admin_client, folder_store, notification
+):
+    """Issue 10.6: what the reply parser stripped is shown to operators, read-only."""
+    body = "Please add Kim.\n\n__\nAlso <script>alert(1)</script> cut section 3."
+    folder_store.put("m", build_mail(token=notification.token, body=body))
+    poll_once()
+    reply = Reply.objects.get()
+
+    html = admin_client.get(reverse("admin:inbound_email_reply_change", args=[reply.pk])).content
+    html = html.decode()
+
+    assert "Also &lt;script&gt;alert(1)&lt;/script&gt; cut section 3." in html
+    assert "<script>alert(1)" not in html
+    assert 'name="stripped_text"' not in html  # read-only, not a form field

@@ -25,6 +25,7 @@ def test_settings_are_read_when_needed_so_overrides_apply(settings, tmp_path):
         ("MAX_REPLIES_PER_TOKEN_PER_HOUR", True, "MAX_REPLIES_PER_TOKEN_PER_HOUR=True"),
         ("INBOUND_RELAY_BACKOFF_BASE_SECONDS", -1, "must be at least 0"),
         ("SLACK_TIMEOUT", 0, "SLACK_TIMEOUT=0 must be above 0"),
+        ("INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS", -1, "must be at least 0"),
         ("INBOUND_EMAIL_STORE", " ", "INBOUND_EMAIL_STORE=' ' must be a non-empty string"),
     ],
 )

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from inbound_email.parsing import codec_for, decode_bytes, parse_mail
+from inbound_email.parsing import (
+    codec_for,
+    decode_bytes,
+    extract_reply,
+    parse_mail,
+    split_reply_text,
+)
 
 
 @pytest.mark.parametrize(
@@ -85,3 +91,60 @@ def test_addresses_in_reply_to_and_multiple_from():
     assert (mail.from_address, mail.from_count) == ("a@x.example", 2)
     assert mail.recipients == ["replies+abc@reply.localhost", "other@z.example"]
     assert mail.in_reply_to == ["ses-1@email.amazonses.com"]
+
+
+# --- nothing the PI wrote is lost silently (issue 10, point 6) -------------------------------
+
+QUOTE_OF_OUR_MAIL = "On Mon, 1 Dec 2026, Assistant wrote:\n> Please rate this proposal\n"
+
+
+@pytest.mark.parametrize(
+    ("body", "reply", "stripped", "cut_lines"),
+    [
+        pytest.param(
+            "4\nPlease tighten the budget.\n\n" + QUOTE_OF_OUR_MAIL,
+            "4\nPlease tighten the budget.",
+            QUOTE_OF_OUR_MAIL.strip(),
+            0,
+            id="only-the-quote-of-our-mail",
+        ),
+        pytest.param(
+            "Please ensure\n> 50 participants\nare recruited.\n",
+            "Please ensure\nare recruited.",
+            "> 50 participants",
+            1,
+            id="a-line-starting-with-gt",
+        ),
+        pytest.param(
+            "Please add Kim.\n\n__\nAlso cut section 3.\n\n" + QUOTE_OF_OUR_MAIL,
+            "Please add Kim.",
+            "__\nAlso cut section 3.\n" + QUOTE_OF_OUR_MAIL.strip(),
+            2,
+            id="text-after-an-underscore-line",
+        ),
+        pytest.param(
+            "Add Kim.\n\n-- \nAda Lovelace\nProfessor\n",
+            "Add Kim.",
+            "-- \nAda Lovelace\nProfessor",
+            3,
+            id="signature",
+        ),
+    ],
+)
+def test_reply_split_keeps_what_the_parser_strips(body, reply, stripped, cut_lines):
+    """Issue 10.6: email-reply-parser drops lines starting with `>` and everything after an
+    underscore line; what it drops is kept, and counted unless it is the quote of our mail."""
+    split = split_reply_text(body)
+    assert (split.reply, split.stripped, split.cut_lines) == (reply, stripped, cut_lines)
+    assert split.reply == extract_reply(body)  # the relayed text is unchanged
+
+
+def test_every_line_of_the_body_is_either_relayed_or_kept():
+    body = "Rating: 4\nPlease add Kim.\n> 50 participants\nmore\n__\nlast words\n\n" + (
+        QUOTE_OF_OUR_MAIL
+    )
+    split = parse_mail(
+        b"Content-Type: text/plain; charset=utf-8\r\n\r\n" + body.encode()
+    ).reply_split
+    kept = set(split.reply.splitlines()) | set(split.stripped.splitlines())
+    assert {line for line in body.splitlines() if line.strip()} <= kept

@@ -6,19 +6,21 @@ and raise OverflowError (issue 10). Each is clamped to a finite wait in [0, 3600
 
 from __future__ import annotations
 
+import socket
+import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import pytest
 from django.utils import timezone
 
-from inbound_email.exceptions import SlackPostError
+from inbound_email.exceptions import SlackLookupError, SlackPostError
 from inbound_email.models import Reply
 from inbound_email.poller import poll_once
 from inbound_email.services import reply_relay
-from inbound_email.slack import post_message
+from inbound_email.slack import HISTORY_PAGE_SIZE, find_message, post_message, post_outcome_unknown
 from tests.support.mail import build_mail
-from tests.support.slack_server import Response
+from tests.support.slack_server import Response, SlackServer
 
 RETRY_AFTER_MAX_SECONDS = 3600.0  # the documented cap (docs/inbound_email.md)
 
@@ -86,3 +88,122 @@ def test_relay_reschedules_within_the_cap_on_a_hostile_retry_after(
     assert reply.relay_next_attempt_at <= timezone.now() + timedelta(
         seconds=RETRY_AFTER_MAX_SECONDS
     )
+
+
+# --- metadata and conversations.history (issue 10, point 3) ---------------------------------
+
+INSTRUCTION_META = {"event_type": "pi_instruction", "event_payload": {"reply_id": 7}}
+
+
+def test_find_message_pages_through_the_history_by_metadata(slack):
+    since = time.time() - 1
+    ts = post_message(channel="C1", text="the instruction", metadata=INSTRUCTION_META)
+    for n in range(450):  # a busy channel after the post: it is on the third page
+        post_message(channel="C1", text=f"chatter {n}")
+
+    found = find_message(
+        channel="C1",
+        event_type="pi_instruction",
+        event_payload={"reply_id": 7},
+        oldest=since,
+        max_pages=5,
+    )
+
+    assert found == ts
+    history = slack.attempts("conversations.history")
+    assert len(history) == 3
+    assert all(call.args["include_all_metadata"] in ("1", "true") for call in history)
+    assert {call.args["oldest"] for call in history} == {f"{since:.6f}"}
+    assert "cursor" not in history[0].args and history[1].args["cursor"]
+
+
+def test_find_message_ignores_other_replies_older_messages_and_bare_text(slack):
+    post_message(channel="C1", text="older", metadata=INSTRUCTION_META)
+    time.sleep(0.01)
+    since = time.time()
+    post_message(
+        channel="C1",
+        text="reply 8",
+        metadata={**INSTRUCTION_META, "event_payload": {"reply_id": 8}},
+    )
+    post_message(channel="C1", text="same text, no metadata")
+    post_message(channel="C2", text="other channel", metadata=INSTRUCTION_META)
+
+    assert (
+        find_message(
+            channel="C1",
+            event_type="pi_instruction",
+            event_payload={"reply_id": 7},
+            oldest=since,
+            max_pages=5,
+        )
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer", "retry_after"),
+    [
+        (SlackServer.error("missing_scope"), None),
+        (SlackServer.error("internal_error", status=500), None),
+        (rate_limited("1e300"), RETRY_AFTER_MAX_SECONDS),
+    ],
+    ids=["api-error", "5xx", "429"],
+)
+def test_an_unreadable_history_is_a_lookup_error_never_not_found(slack, answer, retry_after):
+    slack.script(answer, method="conversations.history")
+    with pytest.raises(SlackLookupError) as error:
+        find_message(
+            channel="C1",
+            event_type="pi_instruction",
+            event_payload={"reply_id": 7},
+            oldest=0,
+            max_pages=5,
+        )
+    assert error.value.retry_after == retry_after
+
+
+def test_a_history_longer_than_the_page_budget_is_a_lookup_error(slack):
+    for n in range(HISTORY_PAGE_SIZE + 1):
+        post_message(channel="C1", text=f"chatter {n}")
+    with pytest.raises(SlackLookupError, match="not searched to the end"):
+        find_message(
+            channel="C1",
+            event_type="pi_instruction",
+            event_payload={"reply_id": 7},
+            oldest=0,
+            max_pages=1,
+        )
+
+
+@pytest.mark.parametrize(
+    ("answer", "unknown"),
+    [
+        (SlackServer.slow(2.5), True),
+        (SlackServer.error_after_post(500), True),
+        (SlackServer.error("internal_error", status=502), True),
+        (SlackServer.reset_after_post(), True),
+        (SlackServer.error("channel_not_found"), False),
+        (SlackServer.rate_limited(retry_after=1), False),
+    ],
+    ids=["timeout", "500", "502", "reset", "refused", "429"],
+)
+def test_which_failed_posts_may_have_reached_the_channel(slack, settings, answer, unknown):
+    settings.SLACK_TIMEOUT = 1
+    slack.script(answer)
+    with pytest.raises(SlackPostError) as error:
+        post_message(channel="C1", text="x", metadata=INSTRUCTION_META)
+    assert post_outcome_unknown(error.value) is unknown
+    # slack-sdk never resends on our behalf (its default resends after a reset connection).
+    assert len(slack.attempts("chat.postMessage")) == 1
+
+
+def test_a_connection_never_made_is_not_an_unknown_outcome(settings):
+    with socket.socket() as unused:  # a port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    settings.SLACK_BOT_TOKEN = "xoxb-test-token"
+    settings.SLACK_API_URL = f"http://127.0.0.1:{port}/api/"
+    with pytest.raises(SlackPostError) as error:
+        post_message(channel="C1", text="x")
+    assert post_outcome_unknown(error.value) is False

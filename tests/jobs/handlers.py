@@ -116,3 +116,15 @@ def scripted(payload: dict) -> None:
         raise PermanentJobError("scripted permanent failure")
     if outcome == "invalid":
         raise InvalidPayload("scripted rejection")
+
+
+@handler("tests.commits_then_fails", atomic=False)
+def commits_then_fails(payload: dict) -> None:
+    """A handler that manages its own transactions (claim -> commit -> external call ->
+    record): its committed step stands although it raises afterwards."""
+    from django.db import connection, transaction
+
+    outer = connection.in_atomic_block  # False: no transaction around the handler
+    with transaction.atomic():
+        get_user_model().objects.create(username=payload["username"], last_name=str(outer))
+    raise RuntimeError("the external call failed after the claim committed")

@@ -40,6 +40,22 @@ def test_database_error_in_handler_is_rolled_back_then_recorded():
     assert not User.objects.filter(username="dup").exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_handler_registered_outside_a_transaction_keeps_its_own_commits_when_it_raises():
+    """A handler with an external effect (a Slack post) registered with atomic=False runs
+    outside the job's transaction: what it committed before the effect stands although it
+    raises afterwards, and the failure is still recorded and retried."""
+    job = enqueue("tests.commits_then_fails", {"username": "claimed"})
+
+    summary = run_pending()
+
+    assert (summary.claimed, summary.retried, summary.completed) == (1, 1, 0)
+    job.refresh_from_db()
+    assert job.status == Job.Status.QUEUED and "external call failed" in job.last_error
+    claimed = User.objects.get(username="claimed")
+    assert claimed.last_name == "False"  # its own atomic block was the outermost: committed
+
+
 @pytest.mark.django_db
 def test_success_commits_handler_work_and_completion_together():
     job = enqueue("tests.create_user", {"username": "alice"})

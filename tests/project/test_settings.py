@@ -45,6 +45,14 @@ def test_malformed_setting_names_the_variable():
     assert "DATABASE_URL is not a valid database URL" in result.stderr
 
 
+def test_a_slack_timeout_under_10_seconds_is_refused_at_start_up():
+    """Issue 10.3: a 1 s timeout turned slow Slack answers into repeated posts."""
+    result = _django_setup(SLACK_TIMEOUT="1")
+    assert result.returncode != 0
+    assert "SLACK_TIMEOUT=1.0 must be >= 10" in result.stderr
+    assert _django_setup(SLACK_TIMEOUT="10").returncode == 0
+
+
 def test_default_database_is_the_embedded_postgresql_socket_under_the_var_dir(tmp_path):
     env = child_env(WORKER_VAR_DIR=str(tmp_path))
     env.pop("DATABASE_URL")

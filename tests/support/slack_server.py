@@ -6,24 +6,37 @@
                      SlackServer.ok())               # answers in order, then `default`
         client = WebClient(token="xoxb-test", base_url=slack.base_url)
         ...
-        slack.posts        # every chat.postMessage received (parsed args), in order
+        slack.posts        # every chat.postMessage answered ok (parsed args), in order
         slack.calls        # every call of any method: Call(method, args, status)
+        slack.channel_messages("C1")   # what the channel shows: every message it kept
 
 Point the app at it with settings.SLACK_API_URL = slack.base_url. Responses are scripted per
-call (FIFO, shared by all methods); with an empty script every call gets `default` (ok).
-Recorded calls include the ones answered with errors, so tests can count attempts.
+call (FIFO, shared by all methods, or per method with `script(..., method=...)`); with an
+empty script a call gets `defaults[method]` if set, else `default` (ok). Recorded calls
+include the ones answered with errors, so tests can count attempts.
+
+Like Slack, a message is kept in its channel (with its `metadata`) when chat.postMessage is
+accepted, and `conversations.history` answers from what was kept: newest first, `oldest` /
+`latest` (exclusive unless `inclusive`), `limit`, cursor pagination (`has_more`,
+`response_metadata.next_cursor`), and a message's `metadata` only with
+`include_all_metadata`. Ambiguous failures keep the message and then misbehave:
+`slow(seconds)` answers after the client gave up, `error_after_post()` answers 500, and
+`reset_after_post()` resets the connection instead of answering.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import socket
+import struct
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlsplit
 
 
 @dataclass(frozen=True)
@@ -31,6 +44,9 @@ class Response:
     status: int = 200
     body: dict[str, Any] = field(default_factory=lambda: {"ok": True})
     headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds to wait before answering (the request was already handled)
+    keeps_post: bool | None = None  # chat.postMessage kept in the channel (None: when ok)
+    reset: bool = False  # reset the connection (RST) instead of answering
 
 
 @dataclass(frozen=True)
@@ -46,10 +62,13 @@ class Call:
 class SlackServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.default = self.ok()
+        self.defaults: dict[str, Response] = {}  # per method, before `default`
         self.calls: list[Call] = []
         self._script: deque[Response] = deque()
+        self._method_scripts: dict[str, deque[Response]] = {}
+        self._messages: dict[str, list[dict[str, Any]]] = {}  # channel -> kept, oldest first
         self._lock = threading.Lock()
-        self._ts_counter = 0
+        self._last_ts = 0.0
         self._server = ThreadingHTTPServer((host, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -71,9 +90,29 @@ class SlackServer:
             429, {"ok": False, "error": "ratelimited"}, {"Retry-After": str(retry_after)}
         )
 
-    def script(self, *responses: Response) -> None:
+    @staticmethod
+    def slow(seconds: float, then: Response | None = None) -> Response:
+        """Handle the call at once (a post is kept) but answer only after `seconds`."""
+        then = then or SlackServer.ok()
+        return Response(then.status, then.body, then.headers, delay=seconds, keeps_post=True)
+
+    @staticmethod
+    def error_after_post(status: int = 500) -> Response:
+        """The message is kept, then the answer is an HTTP error (a 5xx from Slack's edge)."""
+        return Response(status, {"ok": False, "error": "internal_error"}, keeps_post=True)
+
+    @staticmethod
+    def reset_after_post() -> Response:
+        """The message is kept, then the connection is reset with no answer."""
+        return Response(200, {"ok": True}, keeps_post=True, reset=True)
+
+    def script(self, *responses: Response, method: str | None = None) -> None:
+        """Queue answers for the next calls (of `method` only, when given)."""
         with self._lock:
-            self._script.extend(responses)
+            if method is None:
+                self._script.extend(responses)
+            else:
+                self._method_scripts.setdefault(method, deque()).extend(responses)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -116,21 +155,104 @@ class SlackServer:
         with self._lock:
             return [c for c in self.calls if c.method == method]
 
+    def channel_messages(self, channel: str) -> list[dict[str, Any]]:
+        """Every message the channel kept (oldest first), whatever the poster was answered."""
+        with self._lock:
+            return [dict(m) for m in self._messages.get(channel, [])]
+
     # --- the handler -------------------------------------------------------------------------
 
     def _next_response(self, method: str, args: dict[str, Any]) -> Response:
         with self._lock:
-            response = self._script.popleft() if self._script else self.default
-            if response.status == 200 and response.body.get("ok") and method == "chat.postMessage":
-                self._ts_counter += 1
-                body = {
-                    **response.body,
-                    "channel": args.get("channel", ""),
-                    "ts": f"{1_700_000_000 + self._ts_counter}.{self._ts_counter:06d}",
-                    "message": {"text": args.get("text", ""), "type": "message"},
-                }
-                response = Response(response.status, body, response.headers)
+            queue = self._method_scripts.get(method)
+            if queue:
+                response = queue.popleft()
+            elif self._script:
+                response = self._script.popleft()
+            else:
+                response = self.defaults.get(method, self.default)
+            answered_ok = response.status == 200 and bool(response.body.get("ok"))
+            if method == "chat.postMessage":
+                keeps = answered_ok if response.keeps_post is None else response.keeps_post
+                if keeps:
+                    message = self._keep(args)
+                    if answered_ok:
+                        body = {
+                            **response.body,
+                            "channel": args.get("channel", ""),
+                            "ts": message["ts"],
+                            "message": {k: v for k, v in message.items() if k != "metadata"},
+                        }
+                        response = Response(
+                            response.status,
+                            body,
+                            response.headers,
+                            response.delay,
+                            response.keeps_post,
+                            response.reset,
+                        )
+            elif method == "conversations.history" and answered_ok:
+                response = Response(
+                    response.status,
+                    {**response.body, **self._history(args)},
+                    response.headers,
+                    response.delay,
+                    response.keeps_post,
+                    response.reset,
+                )
             return response
+
+    def _keep(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Store a posted message as Slack does; ts from the clock, strictly increasing."""
+        ts = max(round(time.time(), 6), round(self._last_ts + 0.000001, 6))
+        self._last_ts = ts
+        message: dict[str, Any] = {
+            "type": "message",
+            "subtype": "bot_message",
+            "text": args.get("text", ""),
+            "ts": f"{ts:.6f}",
+            "bot_id": "B0TEST",
+        }
+        metadata = args.get("metadata")
+        if isinstance(metadata, str):  # form-encoded clients send it as JSON text
+            try:
+                metadata = json.loads(metadata)
+            except ValueError:
+                metadata = None
+        if isinstance(metadata, dict) and metadata.get("event_type"):
+            message["metadata"] = {
+                "event_type": metadata["event_type"],
+                "event_payload": metadata.get("event_payload") or {},
+            }
+        self._messages.setdefault(str(args.get("channel", "")), []).append(message)
+        return message
+
+    def _history(self, args: dict[str, Any]) -> dict[str, Any]:
+        """conversations.history over the kept messages, newest first, paginated."""
+        inclusive = _truthy(args.get("inclusive"))
+        oldest = float(args.get("oldest") or 0)
+        latest = float(args.get("latest") or 0) or float("inf")
+        limit = max(1, min(int(args.get("limit") or 100), 999))
+        with_metadata = _truthy(args.get("include_all_metadata"))
+        selected = [
+            m
+            for m in reversed(self._messages.get(str(args.get("channel", "")), []))
+            if (oldest <= float(m["ts"]) if inclusive else oldest < float(m["ts"]))
+            and (float(m["ts"]) <= latest if inclusive else float(m["ts"]) < latest)
+        ]
+        cursor = str(args.get("cursor") or "")
+        start = int(base64.b64decode(cursor).decode().removeprefix("next:")) if cursor else 0
+        page = selected[start : start + limit]
+        more = start + limit < len(selected)
+        next_cursor = base64.b64encode(f"next:{start + limit}".encode()).decode() if more else ""
+        return {
+            "messages": [
+                {k: v for k, v in m.items() if k != "metadata" or with_metadata} for m in page
+            ],
+            "has_more": more,
+            "pin_count": 0,
+            "response_metadata": {"next_cursor": next_cursor},
+        }
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -145,14 +267,17 @@ class SlackServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 content_type = self.headers.get("Content-Type", "")
+                url = urlsplit(self.path)
+                args: dict[str, Any] = dict(parse_qsl(url.query))  # GET methods (history)
                 if "json" in content_type:
                     try:
-                        args = json.loads(raw or b"{}")
+                        body = json.loads(raw or b"{}")
                     except ValueError:
-                        args = {}
+                        body = {}
+                    args.update(body if isinstance(body, dict) else {})
                 else:
-                    args = dict(parse_qsl(raw.decode("utf-8", "replace")))
-                method = self.path.rsplit("/", 1)[-1].split("?", 1)[0]
+                    args.update(parse_qsl(raw.decode("utf-8", "replace")))
+                method = url.path.rsplit("/", 1)[-1]
                 response = server._next_response(method, args)
                 answered_ok = response.status == 200 and bool(response.body.get("ok"))
                 with server._lock:
@@ -160,21 +285,38 @@ class SlackServer:
                         Call(
                             method=method,
                             args=args,
-                            status=response.status,
-                            ok=answered_ok,
+                            status=0 if response.reset else response.status,
+                            ok=answered_ok and not response.reset,
                             authorization=self.headers.get("Authorization", ""),
                             at=time.time(),
                         )
                     )
+                if response.reset:
+                    # SO_LINGER 0: close() sends a RST, the client sees a reset connection.
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                    self.connection.close()
+                    self.close_connection = True
+                    return
+                if response.delay:
+                    time.sleep(response.delay)
                 payload = json.dumps(response.body).encode()
-                self.send_response(response.status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(payload)))
-                for name, value in response.headers.items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(payload)
+                try:
+                    self.send_response(response.status)
+                    self.send_header("Content-Type", "application/json; charset=utf-8")
+                    self.send_header("Content-Length", str(len(payload)))
+                    for name, value in response.headers.items():
+                        self.send_header(name, value)
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:  # the client gave up waiting (slow answers): nothing to do
+                    self.close_connection = True
 
             do_GET = do_POST
 
         return Handler
+
+
+def _truthy(value: Any) -> bool:
+    return str(value).strip().lower() in {"1", "true", "yes"}

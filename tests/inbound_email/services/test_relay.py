@@ -4,23 +4,33 @@ inbox; the mail is deleted and the notification marked responded only once it is
 from __future__ import annotations
 
 import logging
+import signal
 import time
+from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from model_bakery import baker
 
 from canonical_ids.models import Message
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
-from inbound_email.services.relay import reply_relay
+from inbound_email.services.relay import (
+    RelayResult,
+    relay_metadata,
+    reply_relay,
+    reply_relay_claim,
+    reply_relay_record,
+)
+from inbound_email.slack import post_message
 from jobs import run_pending
 from jobs.models import Job
 from notifications.models import EmailNotification, NotificationPreference
 from notifications.sweeps import sweep_proposal_reviews
 from tests.support.mail import build_mail
+from tests.support.processes import spawn_manage_py
 from tests.support.slack_server import SlackServer
 from tests.support.stores import intake_keys
 
@@ -296,6 +306,306 @@ def test_expiry_skips_a_notification_whose_reply_was_accepted(
     late = [r for r in caplog.records if getattr(r, "action", "") == "reply_late"]
     assert len(late) == 1 and "expired" in late[0].getMessage()
     assert InboundEmail.objects.get().status == Status.PROCESSED
+
+
+# --- one Slack post per instruction (issue 10, point 3) -----------------------------------
+
+CHANNEL = "C0PROPOSAL"
+
+
+def accepted_instruction(store, notification, body: str = "Please add Kim as co-PI.") -> Reply:
+    store.put("m", build_mail(token=notification.token, body=body))
+    poll_once()
+    return Reply.objects.get()
+
+
+def relay_until_settled(max_rounds: int = 10) -> None:
+    """Run due relay jobs until no relay is pending or posting (retries here are due at once)."""
+    for _ in range(max_rounds):
+        run_pending()
+        if not Reply.objects.filter(relay_status__in=["pending", "posting"]).exists():
+            return
+        time.sleep(0.05)
+
+
+@contextmanager
+def database_error_when_recording_a_post():
+    """A real PostgreSQL error on the UPDATE that records a reply as posted (a trigger)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION test_fail_posted() RETURNS trigger AS $$ BEGIN "
+            "IF NEW.relay_status = 'posted' THEN RAISE EXCEPTION 'connection lost "
+            "after the post'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql"
+        )
+        cursor.execute(
+            "CREATE TRIGGER test_fail_posted BEFORE UPDATE ON inbound_email_reply "
+            "FOR EACH ROW EXECUTE FUNCTION test_fail_posted()"
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER test_fail_posted ON inbound_email_reply")
+            cursor.execute("DROP FUNCTION test_fail_posted()")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(SlackServer.slow(2.5), id="answer-after-the-client-timeout"),
+        pytest.param(SlackServer.error_after_post(500), id="500-after-posting"),
+        pytest.param(SlackServer.reset_after_post(), id="connection-reset-after-posting"),
+    ],
+)
+def test_failure_after_the_post_still_gives_the_channel_the_instruction_exactly_once(
+    folder_store, notification, slack, settings, failure
+):
+    """Issue 10.3: the post ran inside the job's transaction with a 1 s timeout; a slow answer
+    was retried as if nothing had arrived: 6 posts of one instruction, then the inbox on top.
+    Now an answer that may hide a post is looked up (metadata in conversations.history)."""
+    settings.SLACK_TIMEOUT = 1
+    slack.script(failure, method="chat.postMessage")
+    reply = accepted_instruction(folder_store, notification)
+
+    relay_until_settled()
+
+    channel = slack.channel_messages(CHANNEL)
+    assert len(channel) == 1  # exactly once
+    assert "Please add Kim as co-PI." in channel[0]["text"]
+    assert channel[0]["metadata"] == {
+        "event_type": "pi_instruction",
+        "event_payload": {"reply_id": reply.pk},
+    }
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.POSTED
+    assert reply.slack_ts == channel[0]["ts"]
+    assert len(slack.attempts("chat.postMessage")) == 1
+    lookup = slack.attempts("conversations.history")[0].args
+    assert lookup["channel"] == CHANNEL and lookup["include_all_metadata"] in ("1", "true")
+    assert not Message.objects.exists()  # no inbox copy on top
+    assert responded(notification)
+    assert intake_keys(folder_store) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_database_error_after_a_successful_post_does_not_post_again(
+    folder_store, notification, slack, settings
+):
+    """Issue 10.3: a database error after Slack accepted the post rolled the attempt back,
+    and the retry posted again. The claim is committed before the post, so the attempt is
+    found `posting`; once its claim expires it is looked up and recorded, not reposted."""
+    reply = accepted_instruction(folder_store, notification)
+
+    with database_error_when_recording_a_post():
+        summary = run_pending()
+
+    assert summary.retried == 1  # the job saw the database error
+    assert len(slack.channel_messages(CHANNEL)) == 1
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.POSTING  # the committed claim survived
+    assert reply.relay_attempts == 1
+    assert not responded(notification)
+    assert intake_keys(folder_store) == ["m"]  # I8: the mail is kept meanwhile
+
+    run_pending()  # a wake-up while the claim is live: not posted again
+    assert len(slack.attempts("chat.postMessage")) == 1
+
+    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 0.5
+    time.sleep(0.6)
+    assert poll_once().outcomes["relay_requeued"] == 1  # the expired claim is picked up
+    relay_until_settled()
+
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.POSTED
+    assert reply.slack_ts == slack.channel_messages(CHANNEL)[0]["ts"]
+    assert len(slack.channel_messages(CHANNEL)) == 1
+    assert len(slack.attempts("chat.postMessage")) == 1
+    assert responded(notification)
+    assert intake_keys(folder_store) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_killed_between_the_post_and_its_record_is_resolved_without_a_second_post(
+    folder_store, notification, slack, settings, subprocess_env
+):
+    """A crash between the post and its record: `run_jobs --burst` in a real process claims
+    the relay and posts (Slack keeps the message but has not answered yet) and is SIGKILLed.
+    The relay is left `posting`; after its claim expires it is looked up: no second post."""
+    reply = accepted_instruction(folder_store, notification)
+    slack.script(SlackServer.slow(60), method="chat.postMessage")
+    env = {
+        **subprocess_env,
+        "SLACK_BOT_TOKEN": "xoxb-test-token",
+        "SLACK_API_URL": slack.base_url,
+        "SLACK_TIMEOUT": "30",
+        "INBOUND_EMAIL_STORE": settings.INBOUND_EMAIL_STORE,
+    }
+    worker = spawn_manage_py("run_jobs", "--burst", env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not slack.channel_messages(CHANNEL) and time.monotonic() < deadline:
+            assert worker.poll() is None, worker.communicate()
+            time.sleep(0.05)
+        assert len(slack.channel_messages(CHANNEL)) == 1
+    finally:
+        worker.send_signal(signal.SIGKILL)
+        worker.communicate(timeout=30)
+
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.POSTING and reply.relay_attempts == 1
+
+    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 0.5
+    time.sleep(0.6)
+    poll_once()  # the expired claim is re-enqueued
+    relay_until_settled()
+
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.POSTED
+    assert reply.slack_ts == slack.channel_messages(CHANNEL)[0]["ts"]
+    assert reply.relay_attempts == 2
+    assert len(slack.channel_messages(CHANNEL)) == 1
+    assert len(slack.attempts("chat.postMessage")) == 1
+    assert responded(notification)
+    assert intake_keys(folder_store) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_left_posting_by_the_real_claim_is_found_by_the_lookup(
+    folder_store, notification, slack, settings
+):
+    """The same crash made with the real claim function: claim, post as the relay would,
+    then no record. The next attempt finds the post and records its ts."""
+    reply = accepted_instruction(folder_store, notification)
+    claim = reply_relay_claim(reply_id=reply.pk, now=timezone.now())
+    assert claim is not None
+    ts = post_message(channel=claim.channel, text=claim.text, metadata=relay_metadata(reply.pk))
+
+    assert reply_relay(reply_id=reply.pk) == "skipped"  # the claim is still live
+    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 0
+    assert reply_relay(reply_id=reply.pk) == "posted"
+
+    reply.refresh_from_db()
+    assert (reply.relay_status, reply.slack_ts) == (Reply.RelayStatus.POSTED, ts)
+    assert len(slack.channel_messages(CHANNEL)) == 1
+    # A record arriving from the crashed attempt afterwards changes nothing.
+    assert reply_relay_record(claim=claim, result=RelayResult("posted", ts=ts)) == "skipped"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_failing_lookup_keeps_the_relay_retrying_past_the_budget_and_never_drops_it(
+    folder_store, notification, slack, settings
+):
+    """After a post whose outcome is unknown, a history lookup that fails must neither post
+    again (it may be there) nor fall back to the inbox (it may be there): it retries."""
+    settings.INBOUND_RELAY_MAX_ATTEMPTS = 2
+    slack.script(SlackServer.error_after_post(500), method="chat.postMessage")
+    slack.defaults["conversations.history"] = SlackServer.error("internal_error")
+    reply = accepted_instruction(folder_store, notification)
+
+    for _ in range(4):  # attempt 1 posts (500); 2, 3, 4 fail to look it up
+        run_pending(limit=1)  # one attempt each (the retries are due at once here)
+
+    reply.refresh_from_db()
+    assert (reply.relay_status, reply.relay_attempts) == (Reply.RelayStatus.PENDING, 4)
+    assert "unsure whether an earlier post arrived" in reply.relay_last_error
+    assert Job.objects.filter(kind="inbound_email.relay_reply", status="queued").exists()
+    assert len(slack.attempts("conversations.history")) == 3
+    assert len(slack.attempts("chat.postMessage")) == 1
+    assert not Message.objects.exists() and not reply.needs_operator
+    assert InboundEmail.objects.get().status == Status.AWAITING_RELAY
+    assert intake_keys(folder_store) == ["m"]
+
+    del slack.defaults["conversations.history"]  # Slack's history answers again
+    relay_until_settled()
+
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.POSTED
+    assert reply.slack_ts == slack.channel_messages(CHANNEL)[0]["ts"]
+    assert len(slack.channel_messages(CHANNEL)) == 1
+    assert not Message.objects.exists()
+    assert intake_keys(folder_store) == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("last_post_arrived", [False, True], ids=["not-in-slack", "in-slack"])
+def test_spent_budget_after_unknown_outcomes_looks_up_before_the_inbox_fallback(
+    folder_store, notification, slack, settings, last_post_arrived
+):
+    """The budget still ends in the inbox with needs_operator, but never on top of a post
+    Slack accepted: after unknown outcomes the channel is searched first."""
+    settings.INBOUND_RELAY_MAX_ATTEMPTS = 2
+    slack.script(
+        SlackServer.error("internal_error", status=502),  # not kept, outcome unknown
+        SlackServer.error_after_post(500) if last_post_arrived else SlackServer.error(status=503),
+        method="chat.postMessage",
+    )
+    reply = accepted_instruction(folder_store, notification)
+
+    relay_until_settled()
+
+    reply.refresh_from_db()
+    assert len(slack.attempts("chat.postMessage")) == 2  # the budget: two posts
+    assert reply.relay_attempts == 3  # and a last attempt that only looked
+    if last_post_arrived:
+        assert reply.relay_status == Reply.RelayStatus.POSTED
+        assert reply.slack_ts == slack.channel_messages(CHANNEL)[0]["ts"]
+        assert not Message.objects.exists() and not reply.needs_operator
+    else:
+        assert slack.channel_messages(CHANNEL) == []
+        assert reply.relay_status == Reply.RelayStatus.INBOXED and reply.needs_operator
+        assert "503" in reply.relay_last_error or "internal_error" in reply.relay_last_error
+        assert Message.objects.get().text == "Please add Kim as co-PI."
+    assert len(slack.attempts("conversations.history")) == 2
+    assert responded(notification)
+    assert intake_keys(folder_store) == []
+
+
+# --- no silent loss of instruction text (issue 10, point 6) --------------------------------
+
+CUT_BODY = "Please recruit\n> 50 participants\nper site.\n\n__\nAnd drop section 4 <b>now</b>."
+
+
+@pytest.mark.django_db(transaction=True)
+def test_text_the_parser_cut_is_kept_and_the_slack_post_says_so(folder_store, notification, slack):
+    """Issue 10.6: a line starting with `>` and the text after an underscore line were
+    dropped without a trace. They are kept on the Reply and the post tells the team."""
+    reply = accepted_instruction(folder_store, notification, body=CUT_BODY)
+    assert reply.instruction == "Please recruit\nper site."
+    assert "> 50 participants" in reply.stripped_text
+    assert "And drop section 4 <b>now</b>." in reply.stripped_text
+    assert reply.cut_lines == 3
+
+    relay_until_settled()
+
+    text = slack.channel_messages(CHANNEL)[0]["text"]
+    assert text.endswith(
+        f"[3 lines of quoted/trailing text were not relayed; see reply #{reply.pk} in the admin]"
+    )
+    assert "50 participants" not in text and "drop section 4" not in text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_text_the_parser_cut_is_noted_in_the_database_inbox_message(folder_store, notification):
+    reply = accepted_instruction(folder_store, notification, body=CUT_BODY)
+
+    run_pending()
+
+    message = Message.objects.get()
+    assert message.text == (
+        "Please recruit\nper site.\n"
+        f"[3 lines of quoted/trailing text were not relayed; see reply #{reply.pk} in the admin]"
+    )
+    assert message.metadata["cut_lines"] == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_the_quote_of_our_mail_stripped_adds_no_note(folder_store, notification, slack):
+    reply = accepted_instruction(folder_store, notification)  # build_mail quotes our mail
+    assert reply.stripped_text.startswith("On Mon, 1 Dec 2026, Assistant wrote:")
+    assert reply.cut_lines == 0
+    relay_until_settled()
+    assert "not relayed" not in slack.channel_messages(CHANNEL)[0]["text"]
 
 
 class CommitFailed(Exception):
