@@ -10,13 +10,16 @@
         slack.calls        # every call of any method: Call(method, args, status)
 
 Point the app at it with settings.SLACK_API_URL = slack.base_url. Responses are scripted per
-call (FIFO, shared by all methods); with an empty script every call gets `default` (ok).
+call (FIFO, shared by all methods); with an empty script every call gets `default` (ok), or,
+after `slack.misbehave(rate_limited=0.2, server_error=0.2, slow=0.2)`, a random mix of 429s,
+HTTP 500s and slow answers (the chaos soak; `slack.behave()` ends it).
 Recorded calls include the ones answered with errors, so tests can count attempts.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from collections import deque
@@ -31,6 +34,7 @@ class Response:
     status: int = 200
     body: dict[str, Any] = field(default_factory=lambda: {"ok": True})
     headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0  # seconds to wait before answering (a slow Slack)
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,10 @@ class SlackServer:
         self._script: deque[Response] = deque()
         self._lock = threading.Lock()
         self._ts_counter = 0
+        self._faults: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        self._slow_seconds: tuple[float, float] = (0.5, 2.5)
+        self._rng = random.Random()
+        self.slow_answers = 0
         self._server = ThreadingHTTPServer((host, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -74,6 +82,28 @@ class SlackServer:
     def script(self, *responses: Response) -> None:
         with self._lock:
             self._script.extend(responses)
+
+    def misbehave(
+        self,
+        *,
+        rate_limited: float = 0.0,
+        server_error: float = 0.0,
+        slow: float = 0.0,
+        slow_seconds: tuple[float, float] = (0.5, 2.5),
+        seed: int | None = None,
+    ) -> None:
+        """Answer unscripted calls at random: 429 (Retry-After 1) with probability
+        `rate_limited`, HTTP 500 with `server_error`, ok after a delay drawn from
+        `slow_seconds` with `slow` (a client with a shorter timeout gives up although the
+        post went through), ok otherwise."""
+        with self._lock:
+            self._faults = (rate_limited, server_error, slow)
+            self._slow_seconds = slow_seconds
+            self._rng = random.Random(seed)
+
+    def behave(self) -> None:
+        """Back to answering every unscripted call ok, at once."""
+        self.misbehave()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -120,7 +150,7 @@ class SlackServer:
 
     def _next_response(self, method: str, args: dict[str, Any]) -> Response:
         with self._lock:
-            response = self._script.popleft() if self._script else self.default
+            response = self._script.popleft() if self._script else self._unscripted()
             if response.status == 200 and response.body.get("ok") and method == "chat.postMessage":
                 self._ts_counter += 1
                 body = {
@@ -129,8 +159,23 @@ class SlackServer:
                     "ts": f"{1_700_000_000 + self._ts_counter}.{self._ts_counter:06d}",
                     "message": {"text": args.get("text", ""), "type": "message"},
                 }
-                response = Response(response.status, body, response.headers)
+                response = Response(response.status, body, response.headers, response.delay)
             return response
+
+    def _unscripted(self) -> Response:
+        rate_limited, server_error, slow = self._faults
+        roll = self._rng.random()
+        if roll < rate_limited:
+            return self.rate_limited(retry_after=1)
+        if roll < rate_limited + server_error:
+            return Response(500, {"ok": False, "error": "internal_error"})
+        if roll < rate_limited + server_error + slow:
+            self.slow_answers += 1
+            base = self.default
+            return Response(
+                base.status, base.body, base.headers, self._rng.uniform(*self._slow_seconds)
+            )
+        return self.default
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -154,6 +199,8 @@ class SlackServer:
                     args = dict(parse_qsl(raw.decode("utf-8", "replace")))
                 method = self.path.rsplit("/", 1)[-1].split("?", 1)[0]
                 response = server._next_response(method, args)
+                if response.delay:
+                    time.sleep(response.delay)
                 answered_ok = response.status == 200 and bool(response.body.get("ok"))
                 with server._lock:
                     server.calls.append(
