@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -37,7 +37,7 @@ from notifications.emails import Delivery, render_notification_email
 from notifications.exceptions import SendError
 from notifications.mail import EmailSender, get_sender
 from notifications.models import EmailNotification, NotificationPreference, Proposal
-from project.reconnect import connection_lost
+from project.reconnect import connection_lost, discard_broken_connection
 
 logger = logging.getLogger(__name__)
 
@@ -284,12 +284,21 @@ def _deliver(delivery: Delivery, sender: EmailSender, clock: _Clock, summary: Sw
             },
         )
         return
-    services.notification_mark_sent(
-        notification_id=delivery.notification_id,
-        message_id=message_id,
-        sent_at=clock.now(),
-        expires_at=expires_at,
-    )
+    record = {
+        "notification_id": delivery.notification_id,
+        "message_id": message_id,
+        "sent_at": clock.now(),
+        "expires_at": expires_at,
+    }
+    try:
+        services.notification_mark_sent(**record)
+    except DatabaseError as exc:
+        if not connection_lost(exc):
+            raise
+        # The mail has left: record it on a fresh connection rather than leave the row
+        # `sending` for the reconciler, which would mail it again.
+        discard_broken_connection()
+        services.notification_mark_sent(**record)
     summary.sent += 1
 
 
@@ -320,7 +329,11 @@ def _deliver_batch(
             return
         try:
             _deliver(delivery, sender, clock, summary)
-        except Exception:  # noqa: BLE001 - one row's failure must not stop the others; the row stays `sending` and the reconciler returns it to pending
+        except Exception as exc:  # noqa: BLE001 - one row's failure must not stop the others; the row stays `sending` and the reconciler returns it to pending
+            if connection_lost(exc):
+                # The database is gone: mail sent now could not be recorded and would go
+                # out twice. Stop; the rest stay claimed, unsent, for the reconciler.
+                raise
             summary.errors += 1
             logger.exception(
                 "%s sweep: delivery of notification %s to user %s failed",
