@@ -3,6 +3,7 @@ Slack server: the pieces the system test, the chaos test and bench/soak.py share
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from collections import defaultdict
 from pathlib import Path
@@ -52,6 +53,7 @@ class AwsServer:
         self.ses: Any = None
 
     def __enter__(self) -> AwsServer:
+        logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request
         self._server.start()
         host, port = self._server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
