@@ -310,6 +310,7 @@ class ChaosRun:
             "jobs.tasks.reap_stale_jobs",
             "inbound_email.tasks.poll_inbound_email",
             "notifications.tasks.new_proposal_sweep",
+            "notifications.tasks.proposal_review_sweep",
         ):
             async_task(func)
 
@@ -505,24 +506,32 @@ class ChaosRun:
         ]
 
     def _check_writer_slots(self) -> Check:
-        spans: dict[int, dict[int, list[int]]] = defaultdict(dict)
+        """Per slot, the ids minted under each lease (its token) span an interval; two
+        leases' intervals overlapping means two processes minted in one slot at once. A
+        process may hold a slot, lose it when idle past the TTL, and lease it again later:
+        those are separate leases, so the check goes by token, not by pid."""
+        spans: dict[int, dict[str, list[int]]] = defaultdict(dict)
+        pids: dict[int, set[int]] = defaultdict(set)
         for ts, metadata in Message.objects.filter(run_id=SYSTEM_RUN_ID).values_list(
             "ts", "metadata"
         ):
             value = parse_ts(ts)
-            span = spans[value % 100].setdefault(metadata["pid"], [value, value])
+            lease = str(metadata.get("token") or metadata["pid"])
+            span = spans[value % 100].setdefault(lease, [value, value])
             span[0], span[1] = min(span[0], value), max(span[1], value)
+            pids[value % 100].add(metadata["pid"])
         overlaps = []
-        for slot, by_pid in spans.items():
-            ordered = sorted(by_pid.items(), key=lambda item: item[1][0])
-            for (pid_a, (_, end_a)), (pid_b, (start_b, _)) in pairwise(ordered):
+        for slot, by_lease in spans.items():
+            ordered = sorted(by_lease.items(), key=lambda item: item[1][0])
+            for (lease_a, (_, end_a)), (lease_b, (start_b, _)) in pairwise(ordered):
                 if start_b <= end_a:
-                    overlaps.append((slot, pid_a, pid_b))
+                    overlaps.append((slot, lease_a, lease_b))
         fixed = sorted(set(spans) & {1, 2, 3})
-        holders = sum(len(by_pid) for by_pid in spans.values())
+        leases = sum(len(by_lease) for by_lease in spans.values())
+        processes = sum(len(p) for p in pids.values())
         return Check(
             "no two live processes held one writer slot",
             not overlaps and not fixed,
-            f"{len(spans)} slots used by {holders} processes in turn; {len(overlaps)} "
-            f"overlapping holders; fixed writers' slots used: {fixed or 'none'}",
+            f"{len(spans)} slots, {leases} leases by {processes} processes in turn; "
+            f"{len(overlaps)} overlapping leases; fixed writers' slots used: {fixed or 'none'}",
         )

@@ -7,6 +7,7 @@ import os
 import time
 
 from canonical_ids import record_message
+from canonical_ids.minter import get_minter
 from jobs import handler
 
 SYSTEM_RUN_ID = "system-test-jobs"
@@ -21,5 +22,7 @@ def record(payload: dict) -> None:
         text=f"job-{payload['n']}",
         author="system-test",
         source="job",
-        metadata={"pid": os.getpid()},
+        # The lease the id was minted under: one process may hold a slot, lose it, and hold
+        # it again later (the chaos test tells those tenures apart by token).
+        metadata={"pid": os.getpid(), "token": get_minter().token},
     )

@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 def test_chaos_two_clusters_keep_every_invariant(tmp_path):
-    report = ChaosRun(ChaosSettings(seconds=40, quiet_timeout=150, seed=11), tmp_path).run()
+    report = ChaosRun(ChaosSettings(seconds=40, quiet_timeout=240, seed=11), tmp_path).run()
     print(report.table())
 
     assert report.settled, report.table()
