@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -66,6 +67,10 @@ def main() -> None:
     args = parser.parse_args()
     if connection.vendor != "postgresql":
         sys.exit("bench/soak.py needs PostgreSQL: set DATABASE_URL=postgres://.../worker_soak")
+    # SIGTERM (and SIGINT, which a background job may ignore) unwind through the run's
+    # clean-up, so the two clusters are stopped with it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     recreate_database()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="soak-"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,7 @@ class Call:
     ok: bool  # answered with HTTP 200 and ok=true
     authorization: str
     at: float
+    delay: float = 0.0  # seconds the answer was held back (a slow Slack)
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -220,6 +221,7 @@ class SlackServer:
                             ok=answered_ok,
                             authorization=self.headers.get("Authorization", ""),
                             at=time.time(),
+                            delay=response.delay,
                         )
                     )
                 payload = json.dumps(response.body).encode()
