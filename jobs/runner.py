@@ -240,9 +240,10 @@ class _Heartbeat(threading.Thread):
         # This thread has its own connection. After a failure it is dropped if broken (Django
         # would otherwise reuse the dead one on every beat until the lease ran out and the
         # reaper took the live job, D4) and the next beat comes after a backoff that is never
-        # longer than the beat itself, so a short outage costs no lease.
+        # longer than the beat itself (cap plus its 25 % jitter), so an outage shorter than
+        # the lease costs no lease.
         interval = settings.JOBS_HEARTBEAT_SECONDS
-        reconnect = Reconnect(f"job heartbeat {self.worker}", base=interval / 4, cap=interval)
+        reconnect = Reconnect(f"job heartbeat {self.worker}", base=interval / 4, cap=interval * 0.8)
         wait = interval
         try:
             while not self._stopped.wait(wait):

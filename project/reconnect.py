@@ -88,11 +88,9 @@ class Reconnect:
         self.cap = cap
         self.alias = alias
         self.failures = 0  # in a row
-        self.total = 0  # over the loop's life (reported by the soak)
 
     def failed(self, exc: BaseException) -> float:
         self.failures += 1
-        self.total += 1
         lost = connection_lost(exc)
         if lost:
             discard_broken_connection(self.alias)
