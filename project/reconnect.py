@@ -40,8 +40,8 @@ def discard_broken_connection(alias: str = DEFAULT_DB_ALIAS) -> bool:
     first (its rollback fails on a dead connection and Django then closes it).
     """
     conn = connections[alias]
-    if conn.in_atomic_block or conn.connection is None:
-        return False
+    if conn.in_atomic_block or conn.connection is None or not conn.errors_occurred:
+        return False  # no database error since it was opened: nothing to check
     if conn.is_usable():
         return False
     conn.close()
