@@ -28,6 +28,6 @@ def test_chaos_two_clusters_keep_every_invariant(tmp_path):
     print(report.table())
 
     assert report.settled, report.table()
-    assert report.faults["SIGKILL of a worker holding a job"] >= 1, report.table()
-    assert report.faults["  sessions terminated"] >= 1, report.table()
+    assert report.faults.get("SIGKILL of a worker holding a job", 0) >= 1, report.table()
+    assert report.faults.get("  sessions terminated", 0) >= 1, report.table()
     assert not report.failed, report.table()
