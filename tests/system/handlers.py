@@ -17,12 +17,15 @@ SYSTEM_RUN_ID = "system-test-jobs"
 def record(payload: dict) -> None:
     """Leave one Message per execution: a duplicate run would show as a second row."""
     time.sleep(payload.get("sleep", 0))
-    record_message(
+    message = record_message(
         run_id=SYSTEM_RUN_ID,
         text=f"job-{payload['n']}",
         author="system-test",
         source="job",
-        # The lease the id was minted under: one process may hold a slot, lose it, and hold
-        # it again later (the chaos test tells those tenures apart by token).
-        metadata={"pid": os.getpid(), "token": get_minter().token},
+        metadata={"pid": os.getpid()},
     )
+    # The lease the id was minted under (read after minting: the mint may have claimed a new
+    # one). A process may hold a slot, lose it while idle, and lease it again later; the
+    # chaos test tells those tenures apart by token.
+    message.metadata["token"] = get_minter().token
+    message.save(update_fields=["metadata"])
