@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import subprocess
+import urllib.request
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,9 @@ class AwsServer:
         self._server.start()
         host, port = self._server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
+        # moto's backends are global to this process: start from nothing, not from what an
+        # earlier server in the same test session (the chaos test, say) left behind.
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"))
         self.creds = {
             "AWS_ACCESS_KEY_ID": "testing",
             "AWS_SECRET_ACCESS_KEY": "testing",
