@@ -204,7 +204,11 @@ class ProcessMinter:
                     ttl=config.lease_ttl,
                 )
             except DatabaseError:
-                if now < held.valid_until:
+                # Judge validity by the clock *after* the failed try: a renewal that hung (a
+                # lock wait, a dead network) may have outlived the lease, and by then the
+                # slot can belong to another process (I1). Every try opens a fresh
+                # connection, so the next mint after an outage reconnects by itself.
+                if self._monotonic() < held.valid_until:
                     logger.warning(
                         "Could not renew writer slot %s; still valid, retrying on next mint",
                         held.lease.slot,

@@ -12,14 +12,25 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
 from jobs import registry, services
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost
+from project.reconnect import Reconnect, connection_lost, discard_broken_connection, sleep_until
 from project.redaction import redact_emails
+
+T = TypeVar("T")
+
+# Raised by a handler, these mean the process is stopping, not that the job failed: the
+# attempt is recorded (re-queued without delay), then they propagate so the process stops.
+# Every other BaseException (CancelledError, GeneratorExit, a library's own) is the job's
+# failure, recorded with the backoff like any exception, and the drain goes on.
+PROCESS_STOPPING = (KeyboardInterrupt, SystemExit)
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +80,8 @@ def run_pending(
     batch_size = batch_size or get_config().claim_batch_size
     summary = RunSummary(worker=services.new_worker_id())
     started = time.monotonic()
+    deadline = None if max_seconds is None else started + max_seconds
+    reconnect = Reconnect("job drain")
     pending: deque[services.ClaimedJob] = deque()
     heartbeat = _Heartbeat(summary.worker)
     heartbeat.start()
@@ -87,11 +100,19 @@ def run_pending(
                     summary.budget_exhausted = True
                     break
                 size = batch_size if remaining is None else min(batch_size, remaining)
-                pending.extend(services.job_claim_batch(worker=summary.worker, limit=size))
+                claimed = _reconnecting(
+                    lambda size=size: services.job_claim_batch(worker=summary.worker, limit=size),
+                    reconnect,
+                    stop=stop,
+                    deadline=deadline,
+                )
+                if claimed is None:  # the connection stayed lost until stop/deadline
+                    break
+                pending.extend(claimed)
                 summary.claimed += len(pending)
                 if not pending:
                     break
-            _run_one(pending.popleft(), summary)
+            _run_one(pending.popleft(), summary, reconnect, stop=stop, deadline=deadline)
     finally:
         heartbeat.stop()
         if pending:  # deadline, stop request, interrupt or database error: give them back
@@ -115,7 +136,38 @@ def run_pending(
     return summary
 
 
-def _run_one(job: services.ClaimedJob, summary: RunSummary) -> None:
+def _reconnecting(
+    operation: Callable[[], T],
+    reconnect: Reconnect,
+    *,
+    stop: threading.Event | None,
+    deadline: float | None,
+) -> T | None:
+    """Run one of the loop's own statements; after a lost connection (server restart,
+    failover, `pg_terminate_backend`) drop it, wait the logged backoff and try again, until
+    `stop` is set or the drain's deadline would pass (then None). Any other database error
+    is not transient here and propagates."""
+    while True:
+        try:
+            result = operation()
+        except DatabaseError as exc:
+            if not connection_lost(exc):
+                raise
+            if not sleep_until(deadline, reconnect.failed(exc), stop):
+                return None
+            continue
+        reconnect.recovered()
+        return result
+
+
+def _run_one(
+    job: services.ClaimedJob,
+    summary: RunSummary,
+    reconnect: Reconnect,
+    *,
+    stop: threading.Event | None,
+    deadline: float | None,
+) -> None:
     context = {"job_id": job.id, "kind": job.kind, "attempt": job.attempts}
     try:
         fn = registry.get_handler(job.kind)
@@ -143,8 +195,15 @@ def _run_one(job: services.ClaimedJob, summary: RunSummary) -> None:
         )
         return
     except BaseException as exc:  # noqa: BLE001 - the loop's one catch-all: record, log, go on
-        _ensure_usable_connection()
-        outcome = services.job_record_failure(job=job, worker=summary.worker, exc=exc)
+        discard_broken_connection()  # the handler's atomic() has rolled back: reconnect
+        outcome = _reconnecting(
+            lambda exc=exc: services.job_record_failure(job=job, worker=summary.worker, exc=exc),
+            reconnect,
+            stop=None if isinstance(exc, PROCESS_STOPPING) else stop,
+            deadline=deadline,
+        )
+        if outcome is None:  # the database stayed away: the reaper takes the row after its lease
+            outcome = "lost"
         setattr(summary, outcome, getattr(summary, outcome) + 1)
         summary.errors.append(
             redact_emails(f"#{job.id} {job.kind}: {type(exc).__name__}: {exc}")[:300]
@@ -161,21 +220,10 @@ def _run_one(job: services.ClaimedJob, summary: RunSummary) -> None:
             redact_emails(str(exc)),
             extra={"action": f"job_{outcome}", **context},
         )
-        if not isinstance(exc, Exception):
-            raise  # KeyboardInterrupt / SystemExit: recorded, now let the process stop
+        if isinstance(exc, PROCESS_STOPPING):
+            raise  # recorded; now let the process stop
         return
     summary.completed += 1
-
-
-def _ensure_usable_connection() -> None:
-    """After a lost connection (server restart, network) reconnect before recording."""
-    if (
-        not connection.in_atomic_block
-        and connection.connection is not None
-        and connection.errors_occurred
-        and not connection.is_usable()
-    ):
-        connection.close()
 
 
 class _Heartbeat(threading.Thread):
@@ -195,15 +243,22 @@ class _Heartbeat(threading.Thread):
         self.join(timeout=10)
 
     def run(self) -> None:
+        # This thread has its own connection. After a failure it is dropped if broken (Django
+        # would otherwise reuse the dead one on every beat until the lease ran out and the
+        # reaper took the live job, D4) and the next beat comes after a backoff that is never
+        # longer than the beat itself (cap plus its 25 % jitter), so an outage shorter than
+        # the lease costs no lease.
+        interval = get_config().heartbeat_seconds
+        reconnect = Reconnect(f"job heartbeat {self.worker}", base=interval / 4, cap=interval * 0.8)
+        wait = interval
         try:
-            while not self._stopped.wait(get_config().heartbeat_seconds):
+            while not self._stopped.wait(wait):
                 try:
                     services.job_heartbeat(worker=self.worker)
-                except Exception:  # noqa: BLE001 - the heartbeat loop's catch-all; next beat retries
-                    logger.exception(
-                        "job heartbeat failed for %s",
-                        self.worker,
-                        extra={"action": "job_heartbeat_failed"},
-                    )
+                except Exception as exc:  # noqa: BLE001 - the heartbeat loop's catch-all: reconnect, beat again soon
+                    wait = reconnect.failed(exc)
+                    continue
+                reconnect.recovered()
+                wait = interval
         finally:
             connection.close()

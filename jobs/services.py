@@ -164,7 +164,9 @@ def job_record_failure(*, job: ClaimedJob, worker: str, exc: BaseException) -> s
     run on an aborted transaction. A permanent error (PermanentJobError, unknown kind,
     rejected payload) or the last attempt fails the row; anything else re-queues it after
     the backoff. An interrupt (KeyboardInterrupt, SystemExit) is the worker stopping, not
-    the job failing: it re-queues without delay (the attempt still counts).
+    the job failing: it re-queues without delay (the attempt still counts). Any other
+    BaseException (CancelledError, GeneratorExit, a library's own) is a failure like any
+    other and backs off: a handler that always raises one must not spin.
     """
     now = timezone.now()
     error = format_error(exc)
@@ -174,7 +176,8 @@ def job_record_failure(*, job: ClaimedJob, worker: str, exc: BaseException) -> s
         fields.update(status=Status.FAILED, failed_at=now)
     else:
         outcome = "retried"
-        delay = retry_delay(job.attempts) if isinstance(exc, Exception) else 0.0
+        stopping = isinstance(exc, KeyboardInterrupt | SystemExit)
+        delay = 0.0 if stopping else retry_delay(job.attempts)
         fields.update(status=Status.QUEUED, run_after=now + timedelta(seconds=delay))
     with transaction.atomic():
         updated = Job.objects.filter(pk=job.id, locked_by=worker, status=Status.PROCESSING).update(

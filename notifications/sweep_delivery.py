@@ -14,12 +14,15 @@ import time
 from datetime import timedelta
 from typing import Protocol
 
+from django.db import DatabaseError
+
 from notifications import sending
 from notifications.conf import get_config
 from notifications.emails import Delivery, render_notification_email
 from notifications.models import EmailNotification
 from notifications.senders.base import EmailSender, SendError
 from notifications.sweep_plan import Clock
+from project.reconnect import connection_lost, discard_broken_connection
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +78,21 @@ def _deliver(
             },
         )
         return
-    sending.notification_mark_sent(
-        notification_id=delivery.notification_id,
-        message_id=message_id,
-        sent_at=clock.now(),
-        expires_at=expires_at,
-    )
+    record = {
+        "notification_id": delivery.notification_id,
+        "message_id": message_id,
+        "sent_at": clock.now(),
+        "expires_at": expires_at,
+    }
+    try:
+        sending.notification_mark_sent(**record)
+    except DatabaseError as exc:
+        if not connection_lost(exc):
+            raise
+        # The mail has left: record it on a fresh connection rather than leave the row
+        # `sending` for the reconciler, which would mail it again.
+        discard_broken_connection()
+        sending.notification_mark_sent(**record)
     summary.sent += 1
 
 
@@ -111,7 +123,11 @@ def deliver_batch(
             return
         try:
             _deliver(delivery, sender, clock, summary)
-        except Exception:  # noqa: BLE001 - one row's failure must not stop the others; the row stays `sending` and the reconciler returns it to pending
+        except Exception as exc:  # noqa: BLE001 - one row's failure must not stop the others; the row stays `sending` and the reconciler returns it to pending
+            if connection_lost(exc):
+                # The database is gone: mail sent now could not be recorded and would go
+                # out twice. Stop; the rest stay claimed, unsent, for the reconciler.
+                raise
             summary.errors += 1
             logger.exception(
                 "%s sweep: delivery of notification %s to user %s failed",

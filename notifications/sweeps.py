@@ -39,6 +39,7 @@ from notifications.senders import get_sender
 from notifications.senders.base import EmailSender
 from notifications.sweep_delivery import deliver_batch
 from notifications.sweep_plan import Clock, apply_user, plan_user
+from project.reconnect import connection_lost
 
 logger = logging.getLogger(__name__)
 
@@ -78,14 +79,30 @@ def _sweep_lock(kind: str) -> Iterator[bool]:
     """
     key = zlib.crc32(f"notifications.sweep.{kind}".encode())
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-        acquired = cursor.fetchone()[0]
+        cursor.execute("SELECT pg_try_advisory_lock(%s), pg_backend_pid()", [key])
+        acquired, session = cursor.fetchone()
     try:
         yield acquired
     finally:
         if acquired:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+            _sweep_unlock(kind, key, session)
+
+
+def _sweep_unlock(kind: str, key: int, session: int) -> None:
+    """Release the lock on the session that took it. If that session died (server restart,
+    `pg_terminate_backend`), the lock died with it and Django may already have opened a new
+    session, which does not hold it: nothing to release, and unlocking there would only
+    warn. The sweep itself ended with the lost connection (see `_run_locked`)."""
+    current = connection.connection
+    if current is None or current.closed or current.info.backend_pid != session:
+        logger.warning(
+            "%s sweep: its database session ended; the advisory lock went with it",
+            kind,
+            extra={"action": "notification_sweep_lock_lost", "sweep": kind},
+        )
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
 
 
 def run_sweep(
@@ -141,7 +158,12 @@ def _run_locked(
                         continue
                     with transaction.atomic():  # this user's savepoint (I11)
                         result = apply_user(kind, user, work, clock)
-                except Exception:  # noqa: BLE001 - one user's failure must not stop the sweep: rolled back to the savepoint, logged, the batch carries on
+                except Exception as exc:  # noqa: BLE001 - one user's failure must not stop the sweep: rolled back to the savepoint, logged, the batch carries on
+                    if connection_lost(exc):
+                        # Not this user's failure: the batch's transaction (every claim in
+                        # it) and the sweep's lock died with the session. End the cycle;
+                        # nothing planned in this batch may be delivered.
+                        raise
                     summary.errors += 1
                     logger.exception(
                         "%s sweep: user %s failed; rolled back, sweep continues",

@@ -25,7 +25,14 @@ import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+    connection,
+    transaction,
+)
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
@@ -48,6 +55,7 @@ from inbound_email.stores import MailStore, StoredObject, sha256_hex
 from notifications.models import EmailNotification
 from notifications.reply_address import token_from_address
 from notifications.services import notification_unsubscribe
+from project.reconnect import connection_lost, discard_broken_connection
 
 logger = logging.getLogger(__name__)
 
@@ -157,23 +165,41 @@ def inbound_email_handle(*, inbound_email_id: int, store: MailStore) -> Outcome 
     if claimed is None:
         return None
     if not exhausted:
-        with transaction.atomic():
-            row = (
-                InboundEmail.objects.select_for_update()
-                .filter(pk=claimed.pk, status=Status.RECEIVED, attempts=claimed.attempts)
-                .first()
-            )
-            if row is None:  # our lease ran out and another poller took the row over
-                return None
-            try:
-                with transaction.atomic():
-                    _handle(row, store, now)
-            except Exception as exc:  # noqa: BLE001 - one object's failure never stops the batch
-                raw_read = row.raw  # the bytes survive the rollback: keep them for the admin
-                row = InboundEmail.objects.select_for_update().get(pk=claimed.pk)
-                _record_failure(row, exc, now, raw=raw_read)
+        try:
+            with transaction.atomic():
+                row = _claimed_row(claimed)
+                if row is None:  # our lease ran out and another poller took the row over
+                    return None
+                try:
+                    with transaction.atomic():
+                        _handle(row, store, now)
+                except Exception as exc:  # noqa: BLE001 - one object's failure never stops the batch
+                    raw_read = row.raw  # the bytes survive the rollback: keep them for the admin
+                    row = InboundEmail.objects.select_for_update().get(pk=claimed.pk)
+                    _record_failure(row, exc, now, raw=raw_read)
+        except DatabaseError as exc:
+            if not connection_lost(exc):
+                raise
+            # The session died mid-mail (server restart, failover, pg_terminate_backend) and
+            # took the whole attempt with it. Count it on a fresh connection, so the mail is
+            # retried after the backoff, not after the claim's lease (CLAIM_LEASE_SECONDS).
+            discard_broken_connection()
+            with transaction.atomic():
+                row = _claimed_row(claimed)
+                if row is None:
+                    return None
+                _record_failure(row, exc, now)
         claimed = row
     return Outcome(str(claimed.status), str(claimed.reason), claimed.pk)
+
+
+def _claimed_row(claimed: InboundEmail) -> InboundEmail | None:
+    """The row locked, if it is still the claim we made (status and attempt unchanged)."""
+    return (
+        InboundEmail.objects.select_for_update()
+        .filter(pk=claimed.pk, status=Status.RECEIVED, attempts=claimed.attempts)
+        .first()
+    )
 
 
 def _handle(row: InboundEmail, store: MailStore, now: datetime) -> None:

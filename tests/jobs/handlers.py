@@ -128,3 +128,46 @@ def commits_then_fails(payload: dict) -> None:
     with transaction.atomic():
         get_user_model().objects.create(username=payload["username"], last_name=str(outer))
     raise RuntimeError("the external call failed after the claim committed")
+
+
+class HandlerAbort(BaseException):  # noqa: N818 - named as a handler author might
+    """A custom BaseException subclass, as a library might raise to unwind."""
+
+
+@handler("tests.base_exception")
+def base_exception(payload: dict) -> None:
+    """Writes, then raises the BaseException named in the payload (not an Exception)."""
+    import asyncio
+
+    get_user_model().objects.create(username=payload["username"])
+    raise {
+        "CancelledError": asyncio.CancelledError("cancelled by the handler"),
+        "GeneratorExit": GeneratorExit("generator closed"),
+        "HandlerAbort": HandlerAbort("custom abort"),
+        "SystemExit": SystemExit(3),
+    }[payload["raise"]]
+
+
+@handler("tests.lose_connection_after_commit")
+def lose_connection_after_commit(payload: dict) -> None:
+    """Completes, then has another connection terminate this one (as an operator's
+    pg_terminate_backend or a server restart would) right after the commit: the runner's
+    next statement, the next claim, meets a dead connection."""
+    from django.db import connection, transaction
+
+    pid = connection.connection.info.backend_pid
+
+    def terminate() -> None:
+        def run() -> None:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join(timeout=30)
+
+    get_user_model().objects.create(username=payload["username"])
+    transaction.on_commit(terminate)

@@ -83,3 +83,27 @@ def stop_process_group(process: subprocess.Popen, timeout: float = 30) -> None:
     except ProcessLookupError:
         pass
     process.wait(timeout=10)
+
+
+def terminate_backends(application_name: str) -> int:
+    """`pg_terminate_backend` every connection of the test database opened under
+    `application_name` (children get it through PGAPPNAME); return how many were ended."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name = %s "
+            "AND pid <> pg_backend_pid()",
+            [application_name],
+        )
+        return cursor.fetchone()[0]
+
+
+def wait_until(condition, what: str, timeout: float = 60, interval: float = 0.1) -> None:
+    """Poll `condition()` until it is true; fail with `what` after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
+        time.sleep(interval)

@@ -21,15 +21,19 @@ accepted, and `conversations.history` answers from what was kept: newest first, 
 `response_metadata.next_cursor`), and a message's `metadata` only with
 `include_all_metadata`. Ambiguous failures keep the message and then misbehave:
 `slow(seconds)` answers after the client gave up, `error_after_post()` answers 500, and
-`reset_after_post()` resets the connection instead of answering.
+`reset_after_post()` resets the connection instead of answering. After
+`slack.misbehave(rate_limited=0.2, server_error=0.2, slow=0.2)` unscripted calls get a random
+mix of 429s, HTTP 500s and slow answers (the chaos soak; `slack.behave()` ends it).
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import random
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -57,6 +61,14 @@ class Call:
     ok: bool  # answered with HTTP 200 and ok=true
     authorization: str
     at: float
+    delay: float = 0.0  # seconds the answer was held back (a slow Slack)
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up on a slow answer (its timeout) closed the socket: expected."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class SlackServer:
@@ -69,7 +81,11 @@ class SlackServer:
         self._messages: dict[str, list[dict[str, Any]]] = {}  # channel -> kept, oldest first
         self._lock = threading.Lock()
         self._last_ts = 0.0
-        self._server = ThreadingHTTPServer((host, port), self._handler_class())
+        self._faults: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        self._slow_seconds: tuple[float, float] = (0.5, 2.5)
+        self._rng = random.Random()
+        self.slow_answers = 0
+        self._server = _QuietServer((host, port), self._handler_class())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -113,6 +129,45 @@ class SlackServer:
                 self._script.extend(responses)
             else:
                 self._method_scripts.setdefault(method, deque()).extend(responses)
+
+    def misbehave(
+        self,
+        *,
+        rate_limited: float = 0.0,
+        server_error: float = 0.0,
+        slow: float = 0.0,
+        slow_seconds: tuple[float, float] = (0.5, 2.5),
+        seed: int | None = None,
+    ) -> None:
+        """Answer unscripted calls at random: 429 (Retry-After 1) with probability
+        `rate_limited`, HTTP 500 with `server_error`, ok after a delay drawn from
+        `slow_seconds` with `slow` (a client with a shorter timeout gives up although the
+        post went through), ok otherwise."""
+        with self._lock:
+            self._faults = (rate_limited, server_error, slow)
+            self._slow_seconds = slow_seconds
+            self._rng = random.Random(seed)
+
+    def behave(self) -> None:
+        """Back to answering every unscripted call ok, at once."""
+        self.misbehave()
+
+    def _unscripted(self, method: str) -> Response:
+        if method in self.defaults:
+            return self.defaults[method]
+        rate_limited, server_error, slow = self._faults
+        roll = self._rng.random()
+        if roll < rate_limited:
+            return self.rate_limited(retry_after=1)
+        if roll < rate_limited + server_error:
+            return Response(500, {"ok": False, "error": "internal_error"})
+        if roll < rate_limited + server_error + slow:
+            self.slow_answers += 1
+            base = self.default
+            return Response(
+                base.status, base.body, base.headers, self._rng.uniform(*self._slow_seconds)
+            )
+        return self.default
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -170,7 +225,7 @@ class SlackServer:
             elif self._script:
                 response = self._script.popleft()
             else:
-                response = self.defaults.get(method, self.default)
+                response = self._unscripted(method)
             answered_ok = response.status == 200 and bool(response.body.get("ok"))
             if method == "chat.postMessage":
                 keeps = answered_ok if response.keeps_post is None else response.keeps_post
@@ -289,6 +344,7 @@ class SlackServer:
                             ok=answered_ok and not response.reset,
                             authorization=self.headers.get("Authorization", ""),
                             at=time.time(),
+                            delay=response.delay,
                         )
                     )
                 if response.reset:

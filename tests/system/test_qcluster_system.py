@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-import boto3
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django_q.tasks import async_task
-from moto.core import DEFAULT_ACCOUNT_ID
-from moto.server import ThreadedMotoServer
-from moto.ses.models import ses_backends
 
 from canonical_ids.models import Message
 from inbound_email.models import InboundEmail
@@ -33,36 +28,23 @@ from jobs import enqueue
 from jobs.models import Job
 from notifications.models import EmailNotification, NotificationPreference, Proposal
 from ops.sample_mail import reply_mail, unknown_8bit_reply
-from tests.support.processes import child_env, spawn_manage_py, stop_process_group
+from tests.support.cluster import (
+    BUCKET,
+    INTAKE,
+    AwsServer,
+    cluster_env,
+    descendants,
+    spawn_cluster,
+    stop_cluster,
+)
 from tests.support.slack_server import SlackServer
 from tests.system.handlers import SYSTEM_RUN_ID
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-BUCKET = "system-test-inbound"
-INTAKE = "inbound/"
 JOB_COUNT = 240
 PI_COUNT = 6
 DEADLINE_SECONDS = 150
-
-
-def _descendants(pid: int) -> set[int]:
-    """pid and every process below it, read from /proc (the qcluster forks its workers)."""
-    children: dict[int, list[int]] = defaultdict(list)
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children[ppid].append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        current = todo.pop()
-        found.add(current)
-        todo.extend(children.get(current, []))
-    return found
 
 
 def _wait_for(condition: Callable[[], bool], what: str, poke: Callable[[], None]) -> None:
@@ -91,63 +73,19 @@ def _poke_everything() -> None:
 
 @pytest.fixture
 def aws_server():
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    creds = {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": endpoint,
-    }
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **_keys(creds))
-    s3.create_bucket(Bucket=BUCKET)
-    ses = boto3.client("ses", endpoint_url=endpoint, region_name="us-east-1", **_keys(creds))
-    ses.verify_domain_identity(Domain="localhost")
-    ses.verify_email_identity(EmailAddress="assistant@localhost")
-    yield creds, s3, ses
-    server.stop()
-
-
-def _keys(creds: dict[str, str]) -> dict[str, str]:
-    return {
-        "aws_access_key_id": creds["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": creds["AWS_SECRET_ACCESS_KEY"],
-    }
+    with AwsServer() as aws:
+        yield aws
 
 
 def test_two_clusters_finish_all_work_and_survive_a_sigkill(aws_server, tmp_path):
-    creds, s3, ses = aws_server
     with SlackServer() as slack:
-        env = child_env(
-            **creds,
-            INBOUND_EMAIL_STORE=f"s3://{BUCKET}/{INTAKE}",
-            EMAIL_SENDER="ses",
-            SLACK_BOT_TOKEN="xoxb-system-test",
-            SLACK_API_URL=slack.base_url,
-            Q_WORKERS="2",
-            JOBS_LEASE_SECONDS="3",
-            JOBS_HEARTBEAT_SECONDS="0.5",
-            JOBS_EXTRA_HANDLER_MODULES="tests.system.handlers",
-            CANONICAL_IDS_ROLE="worker",
-            DEBUG="true",
-        )
-        clusters = [
-            spawn_manage_py(
-                "qcluster",
-                env=env,
-                start_new_session=True,
-                stdout=open(tmp_path / f"cluster{i}.log", "w"),  # noqa: SIM115
-                stderr=subprocess.STDOUT,
-            )
-            for i in range(2)
-        ]
+        env = cluster_env(aws_server, slack.base_url)
+        clusters = [spawn_cluster(env, tmp_path / f"cluster{i}.log") for i in range(2)]
         try:
-            _run_scenario(clusters, s3, ses, slack, tmp_path)
+            _run_scenario(clusters, aws_server.s3, aws_server.ses, slack, tmp_path)
         finally:
             for cluster in clusters:
-                stop_process_group(cluster)
+                stop_cluster(cluster)
 
 
 def _run_scenario(clusters, s3, ses, slack: SlackServer, tmp_path: Path) -> None:
@@ -176,7 +114,7 @@ def _run_scenario(clusters, s3, ses, slack: SlackServer, tmp_path: Path) -> None
 
     def victim_holds_a_job() -> bool:
         nonlocal victim_pids
-        victim_pids = _descendants(victim.pid)
+        victim_pids = descendants(victim.pid)
         owners = Job.objects.filter(status=Job.Status.PROCESSING).values_list(
             "locked_by", flat=True
         )
@@ -277,7 +215,5 @@ def _run_scenario(clusters, s3, ses, slack: SlackServer, tmp_path: Path) -> None
     message_ids = list(sent.values_list("ses_message_id", flat=True))
     assert len(message_ids) == len(set(message_ids)) >= PI_COUNT
     # The moto server runs in this process: read what SES really accepted.
-    accepted = [
-        message.id for message in ses_backends[DEFAULT_ACCOUNT_ID]["us-east-1"].sent_messages
-    ]
+    accepted = AwsServer.accepted_message_ids()
     assert sorted(accepted) == sorted(message_ids)

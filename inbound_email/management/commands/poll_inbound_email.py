@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import json
-import time
+import signal
+import threading
 
 from django.core.management.base import BaseCommand
 
 from inbound_email.conf import get_config
 from inbound_email.poller import poll_once
+from project.reconnect import service_loop
 
 
 class Command(BaseCommand):
-    help = "Poll the inbound mail store (S3 or folder) and handle replies."
+    help = (
+        "Poll the inbound mail store (S3 or folder) and handle replies. Without --once it "
+        "polls every --interval seconds until SIGTERM/Ctrl-C; a lost database connection (or "
+        "a failed pass) is retried with a logged backoff."
+    )
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--once", action="store_true", help="One bounded pass, then exit.")
@@ -28,9 +34,25 @@ class Command(BaseCommand):
         self, *args, once: bool, limit: int | None, interval: float | None, **options
     ) -> None:
         interval = get_config().poll_interval if interval is None else interval
-        while True:
-            summary = poll_once(limit=limit)
-            self.stdout.write(json.dumps(summary.as_dict(), sort_keys=True))
-            if once:
-                return
-            time.sleep(interval)
+        if once:
+            self._pass(limit)
+            return
+        stop = threading.Event()
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+        try:
+            service_loop(
+                lambda: self._pass(limit),
+                what="poll_inbound_email",
+                stop=stop,
+                idle_seconds=lambda _summary: interval,
+            )
+            self.stdout.write("SIGTERM: stopped")
+        except KeyboardInterrupt:
+            self.stdout.write("interrupted: stopped")
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _pass(self, limit: int | None) -> None:
+        summary = poll_once(limit=limit)
+        self.stdout.write(json.dumps(summary.as_dict(), sort_keys=True))
+        self.stdout.flush()
