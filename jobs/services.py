@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from jobs.backoff import retry_delay
 from jobs.conf import get_config
@@ -101,8 +102,6 @@ def _schedule_wake() -> None:
 
 
 def _wake() -> None:
-    from django_q.tasks import async_task
-
     async_task(WAKE_TASK, task_name=f"jobs wake-up {secrets.token_hex(4)}")
 
 
