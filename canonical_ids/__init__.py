@@ -12,6 +12,8 @@ if TYPE_CHECKING:
     from canonical_ids.models import Message
 
 
+# Each function imports its implementation when called: minter and services import the
+# models, and this package is imported while INSTALLED_APPS loads, before models may be.
 def mint_ts() -> str:
     """Mint the next id of this process's writer slot (raises if no slot is held)."""
     from canonical_ids.minter import mint_ts as _mint_ts

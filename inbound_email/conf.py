@@ -32,7 +32,7 @@ class Config:
     slack_bot_token: str  # empty: Slack off
     slack_api_url: str
     slack_timeout: float  # seconds per HTTP call
-    # What one mail may cost the parser (see parsing.ParseLimits)
+    # What one mail may cost the parser (see parse_limits.ParseLimits)
     max_mime_parts: int
     max_mime_depth: int
     max_headers: int

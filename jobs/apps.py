@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from jobs.conf import get_config
+
 
 class JobsConfig(AppConfig):
     name = "jobs"
@@ -7,6 +9,4 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         """A malformed setting stops start-up with a message naming the variable."""
-        from jobs.conf import get_config
-
         get_config()

@@ -1,5 +1,7 @@
 from django.apps import AppConfig
 
+from notifications.senders import sender_class
+
 
 class NotificationsConfig(AppConfig):
     name = "notifications"
@@ -7,6 +9,4 @@ class NotificationsConfig(AppConfig):
 
     def ready(self) -> None:
         """A malformed setting or an unknown EMAIL_SENDER stops start-up, naming the variable."""
-        from notifications.senders import sender_class
-
         sender_class()  # validates every setting of the app (get_config) and imports the sender

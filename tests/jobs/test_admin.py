@@ -26,6 +26,26 @@ def _action(admin_client, action: str, ids: list[int] | None = None, **query):
     return admin_client.post(url, data, follow=True)
 
 
+def _failed_jobs(quantity: int, **fields) -> None:
+    """`quantity` jobs that failed permanently (3 of 3 attempts), bulk-created."""
+    baker.make(
+        Job,
+        kind="k",
+        status=Job.Status.FAILED,
+        attempts=3,
+        max_attempts=3,
+        _quantity=quantity,
+        _bulk_create=True,
+        **fields,
+    )
+
+
+def _running_job() -> Job:
+    return baker.make(
+        Job, kind="k", status=Job.Status.PROCESSING, attempts=1, max_attempts=3, locked_by="w"
+    )
+
+
 def test_changelist_shows_counts_filters_and_finds_a_job_by_id(admin_client):
     failed = baker.make(
         Job,
@@ -61,20 +81,8 @@ def test_changelist_shows_counts_filters_and_finds_a_job_by_id(admin_client):
 def test_retry_now_and_cancel_act_on_thousands_of_rows_in_a_few_queries(
     admin_client, django_assert_max_num_queries
 ):
-    now = timezone.now()
-    baker.make(
-        Job,
-        kind="k",
-        status=Job.Status.FAILED,
-        attempts=3,
-        max_attempts=3,
-        failed_at=now,
-        _quantity=3000,
-        _bulk_create=True,
-    )
-    running = baker.make(
-        Job, kind="k", status=Job.Status.PROCESSING, attempts=1, max_attempts=3, locked_by="w"
-    )
+    _failed_jobs(3000, failed_at=timezone.now())
+    running = _running_job()
 
     with django_assert_max_num_queries(25):
         response = _action(admin_client, "retry_now")
@@ -104,21 +112,9 @@ def test_cancel_applies_to_failed_jobs_so_worker_status_stops_asking_for_action(
     from ops.status import worker_status
 
     failed_at = timezone.now() - timedelta(hours=1)
-    baker.make(
-        Job,
-        kind="k",
-        status=Job.Status.FAILED,
-        attempts=3,
-        max_attempts=3,
-        failed_at=failed_at,
-        last_error="RuntimeError: broken",
-        _quantity=2000,
-        _bulk_create=True,
-    )
+    _failed_jobs(2000, failed_at=failed_at, last_error="RuntimeError: broken")
     queued = baker.make(Job, kind="k", max_attempts=3)
-    running = baker.make(
-        Job, kind="k", status=Job.Status.PROCESSING, attempts=1, max_attempts=3, locked_by="w"
-    )
+    running = _running_job()
     done = baker.make(
         Job,
         kind="k",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 
 from django.core.management.base import BaseCommand, CommandParser
 
@@ -35,9 +37,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options) -> None:
-        import os
-        import time
-
         author = options["author"] or f"pid-{os.getpid()}"
         first = last = ""
         delay = options["start_at"] - time.time()

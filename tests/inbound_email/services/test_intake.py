@@ -16,6 +16,7 @@ from inbound_email.poller import poll_once
 from jobs import run_pending
 from tests.support.mail import PI_ADDRESS, build_mail
 from tests.support.stores import PREFIX, FlakyStore, intake_keys, key
+from tests.support.threads import run_side_by_side
 
 pytestmark = pytest.mark.django_db
 
@@ -177,23 +178,14 @@ def test_two_pollers_at_once_handle_each_object_once(folder_store, notification,
     settings.MAX_REPLIES_PER_TOKEN_PER_HOUR = 1000
     for i in range(60):
         folder_store.put(f"m{i:03d}", build_mail(token=notification.token, body="4"))
-    summaries, errors = [], []
+    summaries = []
     barrier = threading.Barrier(2)
 
     def poller() -> None:
-        try:
-            barrier.wait(timeout=10)
-            summaries.append(poll_once())
-        except Exception as exc:  # surfaced by the assertion below
-            errors.append(exc)
-        finally:
-            connection.close()
+        barrier.wait(timeout=10)
+        summaries.append(poll_once())
 
-    threads = [threading.Thread(target=poller) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    errors = run_side_by_side(poller, timeout=60)
 
     assert errors == []
     assert sum(s.handled for s in summaries) == 60  # no object handled by both
@@ -236,22 +228,11 @@ def test_two_pollers_at_once_never_let_a_token_past_its_hourly_limit(
                 f"r{n}{copy}", build_mail(token=notification.token, body=f"{n % 5 + 1}")
             )
     barrier = threading.Barrier(2)
-    errors: list[BaseException] = []
 
     def poller() -> None:
-        try:
-            poll_once(store=LockstepStore(folder_store, barrier))
-        except BaseException as exc:  # surfaced by the assertion below
-            errors.append(exc)
-            barrier.abort()
-        finally:
-            connection.close()
+        poll_once(store=LockstepStore(folder_store, barrier))
 
-    threads = [threading.Thread(target=poller) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    errors = run_side_by_side(poller, timeout=120, on_error=barrier.abort)
 
     assert errors == []
     assert not barrier.broken  # every read was paired: the pollers really ran side by side

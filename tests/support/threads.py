@@ -1,0 +1,41 @@
+"""Run the same work in several threads at once, as two workers or pollers would."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from django.db import connection
+
+
+def run_side_by_side(
+    work: Callable[[], object],
+    *,
+    copies: int = 2,
+    timeout: float = 60,
+    on_error: Callable[[], object] | None = None,
+) -> list[BaseException]:
+    """Run `work` in `copies` threads and wait for them; return what they raised (a thread
+    still running after `timeout` counts as a TimeoutError). Each thread closes its own
+    database connection. `on_error` runs in the failing thread, e.g. to break a barrier the
+    other threads wait on."""
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # returned to the test, which asserts there were none
+            errors.append(exc)
+            if on_error is not None:
+                on_error()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(copies)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=timeout)
+        if thread.is_alive():
+            errors.append(TimeoutError(f"{thread.name} still running after {timeout} s"))
+    return errors
