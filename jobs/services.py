@@ -23,7 +23,6 @@ from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
-from django_q.tasks import async_task
 
 from jobs.backoff import retry_delay
 from jobs.conf import get_config
