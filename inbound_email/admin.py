@@ -11,7 +11,7 @@ from django.utils.html import format_html
 
 from inbound_email.exceptions import InboundEmailError
 from inbound_email.models import InboundEmail, Reply
-from inbound_email.services import (
+from inbound_email.services.actions import (
     inbound_email_discard,
     inbound_email_raw,
     inbound_email_reprocess,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from inbound_email.services import RELAY_JOB_KIND, reply_relay
+from inbound_email.services.relay import RELAY_JOB_KIND, reply_relay
 from jobs import handler
 
 

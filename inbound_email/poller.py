@@ -12,17 +12,14 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.utils import timezone
 
+from inbound_email.conf import get_config
 from inbound_email.exceptions import StoreError
 from inbound_email.models import InboundEmail
-from inbound_email.services import (
-    inbound_email_finalize,
-    inbound_email_handle,
-    inbound_email_register,
-    reply_relay_sweep,
-)
+from inbound_email.services.intake import inbound_email_handle, inbound_email_register
+from inbound_email.services.relay import reply_relay_sweep
+from inbound_email.services.store_sync import inbound_email_finalize
 from inbound_email.stores import MailStore, default_store
 
 logger = logging.getLogger(__name__)
@@ -51,7 +48,7 @@ class PollSummary:
 def poll_once(*, store: MailStore | None = None, limit: int | None = None) -> PollSummary:
     """One bounded pass over the intake."""
     store = store or default_store()
-    limit = limit or settings.INBOUND_EMAIL_MAX_PER_RUN
+    limit = limit or get_config().max_per_run
     summary = PollSummary()
     started = time.monotonic()
     try:

@@ -11,10 +11,10 @@ import math
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 
-from django.conf import settings
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from inbound_email.conf import get_config
 from inbound_email.exceptions import SlackPostError
 
 RETRY_AFTER_DEFAULT_SECONDS = 1.0  # a 429 with no usable Retry-After
@@ -45,7 +45,7 @@ def retry_after_seconds(value: object) -> float:
 
 
 def slack_enabled() -> bool:
-    return bool(settings.SLACK_BOT_TOKEN)
+    return get_config().slack_enabled
 
 
 def escape_mrkdwn(text: str) -> str:
@@ -54,16 +54,17 @@ def escape_mrkdwn(text: str) -> str:
 
 
 def _client() -> WebClient:
+    config = get_config()
     return WebClient(
-        token=settings.SLACK_BOT_TOKEN,
-        base_url=settings.SLACK_API_URL,
-        timeout=int(max(1, settings.SLACK_TIMEOUT)),
+        token=config.slack_bot_token,
+        base_url=config.slack_api_url,
+        timeout=int(max(1, config.slack_timeout)),
     )
 
 
 def post_message(*, channel: str, text: str) -> str:
     """Post `text` (already escaped) to `channel`; return the message ts."""
-    if not settings.SLACK_BOT_TOKEN:
+    if not slack_enabled():
         raise SlackPostError("Slack is off (no SLACK_BOT_TOKEN)")
     if not channel:
         raise SlackPostError("the proposal has no Slack channel")

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
-from django.conf import settings
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 
+from inbound_email.conf import get_config
 from inbound_email.exceptions import InvalidStoreUrl, StoreError, StoreNotFound
 
 SES_SETUP_KEY = "AMAZON_SES_SETUP_NOTIFICATION"
@@ -79,8 +81,6 @@ class S3Store:
     """s3://bucket/prefix through boto3 (credentials, region, AWS_ENDPOINT_URL from the env)."""
 
     def __init__(self, bucket: str, prefix: str, quarantine_prefix: str, client=None) -> None:
-        import boto3
-
         self.bucket = bucket
         self.prefix = prefix
         self.quarantine_prefix = quarantine_prefix
@@ -88,8 +88,6 @@ class S3Store:
         self.description = f"s3://{bucket}/{prefix}"
 
     def _error(self, exc: Exception, key: str) -> StoreError:
-        from botocore.exceptions import ClientError
-
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code in {"NoSuchKey", "404", "NotFound"}:
@@ -98,16 +96,12 @@ class S3Store:
         return StoreError(f"S3 error on {key}: {exc}", transient=True)
 
     def _call(self, key: str, fn, **kwargs):
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
             return fn(**kwargs)
         except (ClientError, BotoCoreError) as exc:
             raise self._error(exc, key) from exc
 
     def list(self) -> Iterator[list[StoredObject]]:
-        from botocore.exceptions import BotoCoreError, ClientError
-
         paginator = self.client.get_paginator("list_objects_v2")
         pages = paginator.paginate(
             Bucket=self.bucket, Prefix=self.prefix, PaginationConfig={"PageSize": 1000}
@@ -123,8 +117,6 @@ class S3Store:
             raise self._error(exc, self.prefix) from exc
 
     def get(self, key: str) -> bytes:
-        from botocore.exceptions import BotoCoreError
-
         response = self._call(key, self.client.get_object, Bucket=self.bucket, Key=key)
         try:
             return response["Body"].read()
@@ -263,8 +255,9 @@ class FolderStore:
 
 def store_from_url(url: str | None = None) -> MailStore:
     """The store named by INBOUND_EMAIL_STORE: s3://bucket/prefix or a folder path."""
-    url = url if url is not None else settings.INBOUND_EMAIL_STORE
-    quarantine_prefix = settings.INBOUND_EMAIL_QUARANTINE_PREFIX
+    config = get_config()
+    url = url if url is not None else config.store_url
+    quarantine_prefix = config.quarantine_prefix
     if url.startswith("s3://"):
         bucket, _, prefix = url[len("s3://") :].partition("/")
         if not bucket:
@@ -282,7 +275,8 @@ _default_cache: dict[tuple[str, str], MailStore] = {}
 
 def default_store() -> MailStore:
     """The configured store, built once per process (a boto3 client is costly to create)."""
-    cache_key = (settings.INBOUND_EMAIL_STORE, settings.INBOUND_EMAIL_QUARANTINE_PREFIX)
+    config = get_config()
+    cache_key = (config.store_url, config.quarantine_prefix)
     store = _default_cache.get(cache_key)
     if store is None:
         store = _default_cache[cache_key] = store_from_url()

@@ -8,6 +8,7 @@ queries for reading and never N+1.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Protocol
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
@@ -117,4 +118,29 @@ def sweep_user_batch(
             ),
             Prefetch("email_notifications", queryset=_rows_of_kind(kind), to_attr="kind_rows"),
         )[:limit]
+    )
+
+
+# --- replies ----------------------------------------------------------------------------------
+
+
+class _ReplyWindow(Protocol):
+    """What the reply rules read of a notification (a row, or another app's snapshot of it)."""
+
+    status: str
+    expires_at: datetime | None
+
+
+def notification_has_expired(*, notification: _ReplyWindow, now: datetime) -> bool:
+    """Expired by the sweep, or past `expires_at` and not yet swept."""
+    if notification.status == Status.EXPIRED:
+        return True
+    return notification.expires_at is not None and notification.expires_at <= now
+
+
+def notification_is_open_for_replies(*, notification: _ReplyWindow, now: datetime) -> bool:
+    """Is this notification open for replies? Sent and not expired; an answered one stays
+    open (a PI may send several instructions; the inbound rate limit bounds them)."""
+    return not notification_has_expired(notification=notification, now=now) and (
+        notification.status in (Status.SENT, Status.RESPONDED)
     )

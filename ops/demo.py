@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from canonical_ids.models import Message
+from inbound_email.conf import get_config as inbound_email_config
 from inbound_email.models import InboundEmail
 from inbound_email.stores import store_from_url
 from jobs import enqueue, run_pending
@@ -147,7 +148,7 @@ def _write_report(report, pis, notices, keys, ok_job_id: int, bad_job_id: int) -
     for notice in EmailNotification.objects.filter(pk__in=[n.pk for n in notices]).order_by("pk"):
         add(f"  #{notice.pk} {notice.kind:<13} to {notice.to_address:<38} {notice.status}")
     add("")
-    add(f"Inbound mail (store: {settings.INBOUND_EMAIL_STORE}):")
+    add(f"Inbound mail (store: {inbound_email_config().store_url}):")
     rows = {row.store_key: row for row in InboundEmail.objects.filter(store_key__in=keys.values())}
     for label, key in keys.items():
         row = rows.get(key)

@@ -17,7 +17,7 @@ from inbound_email.models import Reply
 from inbound_email.poller import poll_once
 from inbound_email.services import reply_relay
 from inbound_email.slack import post_message
-from tests.inbound_email.conftest import build_mail
+from tests.support.mail import build_mail
 from tests.support.slack_server import Response
 
 RETRY_AFTER_MAX_SECONDS = 3600.0  # the documented cap (docs/inbound_email.md)

@@ -10,10 +10,12 @@ from moto.server import ThreadedMotoServer
 
 from inbound_email.exceptions import InvalidStoreUrl, StoreError
 from inbound_email.models import InboundEmail
+from inbound_email.poller import poll_once
 from inbound_email.stores import FolderStore, S3Store, store_from_url
 from tests.support.mail import build_mail
 from tests.support.processes import child_env, manage_py
 from tests.support.stores import BUCKET, PREFIX
+from tests.support.stores import key as intake_key
 
 
 def keys(store) -> list[str]:
@@ -97,3 +99,29 @@ def test_poll_command_against_moto_server_mode(aws_env, notification):
         assert client.list_objects_v2(Bucket=BUCKET)["KeyCount"] == 0
     finally:
         server.stop()
+
+
+@pytest.mark.django_db
+def test_listing_pages_past_1000_keys_on_every_store(store, notification, settings):
+    """I9, the second guard of pagination (issue 15): on S3 and on the folder store, a poll
+    sees the keys after the first 1,000. 1,000 mails handled earlier (a failed delete left them
+    in the intake) fill the first page; the new replies are all on the second."""
+    settings.MAX_REPLIES_PER_TOKEN_PER_HOUR = 100
+    done = [intake_key(store, f"k{i:04d}") for i in range(1000)]
+    InboundEmail.objects.bulk_create(
+        InboundEmail(store_key=k, status=InboundEmail.Status.PROCESSED) for k in done
+    )
+    for k in done:
+        store.put(k, b"handled before")
+    new = [intake_key(store, f"z{i:02d}") for i in range(40)]
+    for k in new:
+        store.put(k, build_mail(token=notification.token, body="4"))
+    assert [len(page) for page in store.list()] == [1000, 40]
+
+    summary = poll_once(store=store)
+
+    assert summary.listed == 1040
+    assert (summary.outcomes["cleaned_up"], summary.outcomes["processed"]) == (1000, 40)
+    assert keys(store) == []
+    assert InboundEmail.objects.filter(store_key__in=new, status="processed").count() == 40
+    assert not InboundEmail.objects.filter(intake_deleted=False).exists()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import time
 
-from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from inbound_email.conf import get_config
 from inbound_email.poller import poll_once
 
 
@@ -20,11 +20,14 @@ class Command(BaseCommand):
         parser.add_argument(
             "--interval",
             type=float,
-            default=settings.INBOUND_EMAIL_POLL_INTERVAL,
-            help="Seconds between passes without --once.",
+            default=None,
+            help="Seconds between passes without --once (default INBOUND_EMAIL_POLL_INTERVAL).",
         )
 
-    def handle(self, *args, once: bool, limit: int | None, interval: float, **options) -> None:
+    def handle(
+        self, *args, once: bool, limit: int | None, interval: float | None, **options
+    ) -> None:
+        interval = get_config().poll_interval if interval is None else interval
         while True:
             summary = poll_once(limit=limit)
             self.stdout.write(json.dumps(summary.as_dict(), sort_keys=True))

@@ -1,0 +1,84 @@
+"""The app's settings, read when needed (so tests can override them) and validated.
+
+Every inbound_email module reads its settings through `get_config()`; none reads
+`django.conf.settings` itself. project/settings.py parses the environment (and refuses
+malformed values at start-up); this module checks what a settings override or another settings
+module could still get wrong, and says which setting is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+
+@dataclass(frozen=True)
+class Config:
+    store_url: str  # "s3://bucket/prefix" or a folder path
+    quarantine_prefix: str  # S3 key prefix / sub-folder of quarantined mail
+    max_per_run: int  # objects handled per poll run
+    max_bytes: int  # larger mail is quarantined unread
+    max_attempts: int  # handling attempts before quarantine
+    retry_base_seconds: float  # backoff of transient failures
+    retry_cap_seconds: float
+    poll_interval: float  # seconds between passes of `poll_inbound_email` without --once
+    max_replies_per_token_per_hour: int
+    relay_max_attempts: int  # Slack posts before the database-inbox fallback
+    relay_backoff_base_seconds: float
+    relay_backoff_cap_seconds: float
+    slack_bot_token: str  # empty: Slack off
+    slack_api_url: str
+    slack_timeout: float  # seconds per HTTP call
+
+    @property
+    def slack_enabled(self) -> bool:
+        return bool(self.slack_bot_token)
+
+
+def _int(name: str, default: int, *, minimum: int) -> int:
+    value = getattr(settings, name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ImproperlyConfigured(f"{name}={value!r} must be an integer of at least {minimum}")
+    return value
+
+
+def _float(name: str, default: float, *, minimum: float, inclusive: bool = True) -> float:
+    value = getattr(settings, name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a number")
+    if value < minimum or (not inclusive and value == minimum):
+        bound = "at least" if inclusive else "above"
+        raise ImproperlyConfigured(f"{name}={value!r} must be {bound} {minimum}")
+    return float(value)
+
+
+def _str(name: str, default: str, *, required: bool) -> str:
+    value = getattr(settings, name, default)
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a non-empty string")
+    return value
+
+
+def get_config() -> Config:
+    """The validated settings; raises ImproperlyConfigured naming the first bad one."""
+    return Config(
+        store_url=_str("INBOUND_EMAIL_STORE", "var/inbound_mail", required=True),
+        # An empty prefix would make the quarantine copy the intake object itself, which the
+        # clean-up then deletes: the mail would be lost.
+        quarantine_prefix=_str("INBOUND_EMAIL_QUARANTINE_PREFIX", "quarantine/", required=True),
+        max_per_run=_int("INBOUND_EMAIL_MAX_PER_RUN", 2000, minimum=1),
+        max_bytes=_int("INBOUND_EMAIL_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
+        max_attempts=_int("INBOUND_EMAIL_MAX_ATTEMPTS", 5, minimum=1),
+        retry_base_seconds=_float("INBOUND_EMAIL_RETRY_BASE_SECONDS", 30, minimum=0),
+        retry_cap_seconds=_float("INBOUND_EMAIL_RETRY_CAP_SECONDS", 3600, minimum=0),
+        poll_interval=_float("INBOUND_EMAIL_POLL_INTERVAL", 30, minimum=0, inclusive=False),
+        max_replies_per_token_per_hour=_int("MAX_REPLIES_PER_TOKEN_PER_HOUR", 5, minimum=1),
+        relay_max_attempts=_int("INBOUND_RELAY_MAX_ATTEMPTS", 6, minimum=1),
+        relay_backoff_base_seconds=_float("INBOUND_RELAY_BACKOFF_BASE_SECONDS", 30, minimum=0),
+        relay_backoff_cap_seconds=_float("INBOUND_RELAY_BACKOFF_CAP_SECONDS", 1800, minimum=0),
+        slack_bot_token=_str("SLACK_BOT_TOKEN", "", required=False),
+        slack_api_url=_str("SLACK_API_URL", "https://slack.com/api/", required=True),
+        slack_timeout=_float("SLACK_TIMEOUT", 10, minimum=0, inclusive=False),
+    )

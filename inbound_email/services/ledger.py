@@ -1,0 +1,99 @@
+"""Writes of a ledger row's outcome, shared by the intake (a mail handled) and the relay (an
+instruction delivered): finish, reject, quarantine, and "this reply now counts"."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from inbound_email.models import InboundEmail, Reply
+from jobs.backoff import retry_delay
+from notifications.exceptions import NotificationNotOpen
+from notifications.models import EmailNotification
+from notifications.services import notification_mark_responded
+
+logger = logging.getLogger(__name__)
+
+Status = InboundEmail.Status
+Reason = InboundEmail.Reason
+
+
+def backoff_seconds(attempt: int, *, base: float, cap: float) -> float:
+    """The jobs app's exponential backoff (capped, with up to 20 % jitter), on mail's own
+    base and cap settings."""
+    return retry_delay(attempt, base=base, cap=cap, jitter=0.2)
+
+
+def mail_finish(row: InboundEmail, status: str, reason: str, detail: str, now: datetime) -> None:
+    """A terminal outcome; processed and discarded mail drop their raw bytes (the admin keeps
+    them only for mail an operator may still want to read or reprocess)."""
+    row.status = status
+    row.reason = reason
+    row.detail = detail[:2000]
+    row.finished_at = now
+    row.next_attempt_at = None
+    if status in (Status.PROCESSED, Status.DISCARDED):
+        row.raw = None
+    row.save()
+
+
+def mail_reject(row: InboundEmail, reason: str, detail: str, now: datetime) -> None:
+    mail_finish(row, Status.REJECTED, reason, detail, now)
+    logger.info(
+        "mail #%s rejected: %s (%s)",
+        row.pk,
+        reason,
+        detail,
+        extra={"action": "mail_rejected", "mail_key": row.store_key, "reason": str(reason)},
+    )
+
+
+def mail_set_quarantined(row: InboundEmail, *, reason: str, detail: str, now: datetime) -> None:
+    """Quarantined in the ledger; the store copy follows after commit (`store_sync`)."""
+    mail_finish(row, Status.QUARANTINED, reason, detail, now)
+    logger.warning(
+        "mail #%s quarantined: %s (%s)",
+        row.pk,
+        reason,
+        detail,
+        extra={"action": "mail_quarantined", "mail_key": row.store_key, "reason": str(reason)},
+    )
+
+
+def _count_answer(reply: Reply, now: datetime) -> None:
+    """Mark the notification responded (resets the missed count) unless it already is.
+
+    A notification that is no longer open (expired meanwhile) is logged, never skipped
+    silently; whether it is open is the notifications app's call (`NotificationNotOpen`).
+    """
+    status = (
+        EmailNotification.objects.filter(pk=reply.notification_id)
+        .values_list("status", flat=True)
+        .first()
+    )
+    if status == EmailNotification.Status.RESPONDED:
+        return
+    try:
+        notification_mark_responded(notification_id=reply.notification_id, responded_at=now)
+    except NotificationNotOpen as exc:
+        logger.warning(
+            "reply %s was accepted but could not count as the answer: %s",
+            reply.pk,
+            exc,
+            extra={
+                "action": "reply_late",
+                "reply_id": reply.pk,
+                "notification_id": reply.notification_id,
+            },
+        )
+
+
+def reply_complete(reply: Reply, row: InboundEmail, now: datetime) -> None:
+    """The reply is handled durably (at once for a rating, after the relay for an
+    instruction): it counts as the answer and its mail is processed (and leaves the intake
+    after commit)."""
+    if reply.relay_status != Reply.RelayStatus.NONE:
+        reply.relayed_at = now
+        reply.save()
+    _count_answer(reply, now)
+    mail_finish(row, Status.PROCESSED, Reason.NONE, "", now)

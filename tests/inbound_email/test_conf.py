@@ -1,0 +1,41 @@
+"""inbound_email's settings are read and validated in one place (`inbound_email/conf.py`)."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from inbound_email.conf import get_config
+from inbound_email.stores import store_from_url
+
+
+def test_settings_are_read_when_needed_so_overrides_apply(settings, tmp_path):
+    settings.INBOUND_EMAIL_MAX_ATTEMPTS = 7
+    settings.SLACK_BOT_TOKEN = "xoxb-1"
+    config = get_config()
+    assert config.max_attempts == 7
+    assert config.slack_enabled
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("INBOUND_EMAIL_MAX_ATTEMPTS", 0, "INBOUND_EMAIL_MAX_ATTEMPTS=0 must be an integer"),
+        ("INBOUND_EMAIL_MAX_PER_RUN", "10", "INBOUND_EMAIL_MAX_PER_RUN='10' must be an integer"),
+        ("MAX_REPLIES_PER_TOKEN_PER_HOUR", True, "MAX_REPLIES_PER_TOKEN_PER_HOUR=True"),
+        ("INBOUND_RELAY_BACKOFF_BASE_SECONDS", -1, "must be at least 0"),
+        ("SLACK_TIMEOUT", 0, "SLACK_TIMEOUT=0 must be above 0"),
+        ("INBOUND_EMAIL_STORE", " ", "INBOUND_EMAIL_STORE=' ' must be a non-empty string"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_the_setting(settings, name, value, message):
+    setattr(settings, name, value)
+    with pytest.raises(ImproperlyConfigured, match=message):
+        get_config()
+
+
+def test_an_empty_quarantine_prefix_is_refused_before_any_mail_could_be_lost(settings):
+    """With no prefix the quarantine copy would be the intake object itself, then deleted."""
+    settings.INBOUND_EMAIL_QUARANTINE_PREFIX = ""
+    with pytest.raises(ImproperlyConfigured, match="INBOUND_EMAIL_QUARANTINE_PREFIX"):
+        store_from_url()
