@@ -45,6 +45,12 @@ class InboundEmail(models.Model):
         HEADER_COUNT_LIMIT = "header_count_limit", "Too many header fields"
         HEADER_SIZE_LIMIT = "header_size_limit", "Header fields too large"
         TEXT_SIZE_LIMIT = "text_size_limit", "Text part too large"
+        # SES verdicts (issue 10): DMARC failed, or with no DMARC verdict SPF and DKIM both did.
+        UNAUTHENTICATED_SENDER = (
+            "unauthenticated_sender",
+            "Sender failed DMARC (or SPF+DKIM)",
+        )
+        VIRUS = "virus", "Virus found by SES"
 
     # Where the object was found (unique: a redelivered object with the same key is one row).
     store_key = models.CharField(max_length=1024, unique=True)

@@ -35,7 +35,15 @@ from inbound_email.exceptions import MailLimitExceeded, StoreError, StoreNotFoun
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.parsing import ParsedMail, parse_headers, parse_mail, raw_preview
 from inbound_email.replies import header_rejection
-from inbound_email.services.acceptance import Accept, NotificationSnapshot, decide, screen
+from inbound_email.services.acceptance import (
+    Accept,
+    NotificationSnapshot,
+    Quarantine,
+    Reject,
+    decide,
+    screen,
+    screen_ses_verdicts,
+)
 from inbound_email.services.ledger import (
     backoff_seconds,
     mail_finish,
@@ -45,6 +53,7 @@ from inbound_email.services.ledger import (
 )
 from inbound_email.services.relay import reply_relay_enqueue
 from inbound_email.stores import MailStore, StoredObject, sha256_hex
+from inbound_email.verdicts import read_ses_verdicts
 from notifications.models import EmailNotification
 from notifications.reply_address import token_from_address
 from notifications.services import notification_unsubscribe
@@ -203,10 +212,34 @@ def _handle(row: InboundEmail, store: MailStore, now: datetime) -> None:
     row.size = len(raw)
     row.sha256 = sha256_hex(raw)
     mail = parse_headers(raw)  # header-only checks first: what they reject is never body-parsed
-    if header_rejection(mail) is None:
+    verdict = _ses_verdict(row, mail)
+    if verdict is None and header_rejection(mail) is None:
         mail = parse_mail(raw)  # past a parsing limit: MailLimitExceeded -> quarantined at once
     _map_mail(row, mail)
-    _accept_or_reject(row, mail, now)
+    if isinstance(verdict, Quarantine):
+        mail_set_quarantined(row, reason=verdict.reason, detail=verdict.detail, now=now)
+    elif isinstance(verdict, Reject):
+        # Before the Message-ID is claimed: a forgery carrying the Message-ID of a genuine
+        # reply still on its way must not make the genuine one a "duplicate".
+        mail_reject(row, verdict.reason, verdict.detail, now)
+    else:
+        _accept_or_reject(row, mail, now)
+
+
+def _ses_verdict(row: InboundEmail, mail: ParsedMail) -> Reject | Quarantine | None:
+    """SES's verdicts from the header block, when the check is on (`verdicts.py`)."""
+    if not get_config().check_ses_verdicts:
+        return None
+    verdicts = read_ses_verdicts(mail.headers)
+    if not verdicts.any_present():
+        # Scanning off in the receipt rule, or not SES: the sender's own X-SES fields would be
+        # the topmost ones then, so say so instead of trusting nothing in silence.
+        logger.warning(
+            "mail #%s has no SES verdict headers although the verdict check is on",
+            row.pk,
+            extra={"action": "ses_verdicts_missing", "mail_key": row.store_key},
+        )
+    return screen_ses_verdicts(verdicts)
 
 
 def _map_mail(row: InboundEmail, mail: ParsedMail) -> None:
