@@ -48,8 +48,8 @@ from django.test.utils import override_settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from moto import mock_aws  # noqa: E402
 
-from notifications.mail import DjangoEmailSender  # noqa: E402
 from notifications.models import EmailNotification, NotificationPreference, Proposal  # noqa: E402
+from notifications.senders.django import DjangoEmailSender  # noqa: E402
 from notifications.sweeps import run_sweep  # noqa: E402
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -43,18 +44,48 @@ class Config:
         return self.fixed_slots.get(self.role)
 
 
+def _number(name: str, default: float, convert: type[int] | type[float]) -> Any:
+    value = getattr(settings, name, default)
+    try:
+        if isinstance(value, bool):
+            raise TypeError("a boolean")
+        return convert(value)
+    except (TypeError, ValueError) as exc:
+        raise ImproperlyConfigured(f"{name}={value!r} must be a number") from exc
+
+
+def _fixed_slots() -> dict[str, int]:
+    value = getattr(settings, "CANONICAL_IDS_FIXED_SLOTS", {})
+    if not isinstance(value, dict) or not all(
+        isinstance(role, str) and isinstance(slot, int) and not isinstance(slot, bool)
+        for role, slot in value.items()
+    ):
+        raise ImproperlyConfigured(
+            f"CANONICAL_IDS_FIXED_SLOTS={value!r} must map role names to slot numbers"
+        )
+    return dict(value)
+
+
 def get_config() -> Config:
-    modulus = int(getattr(settings, "WRITER_SLOT_MODULUS", 100))
-    fixed = dict(getattr(settings, "CANONICAL_IDS_FIXED_SLOTS", {}))
+    modulus = _number("WRITER_SLOT_MODULUS", 100, int)
+    fixed = _fixed_slots()
     pool = parse_pool(str(getattr(settings, "CANONICAL_IDS_WORKER_POOL", "4,10-99")))
-    ttl = float(getattr(settings, "CANONICAL_IDS_LEASE_TTL", 60.0))
-    renew = float(getattr(settings, "CANONICAL_IDS_RENEW_INTERVAL", 20.0))
+    ttl = _number("CANONICAL_IDS_LEASE_TTL", 60.0, float)
+    renew = _number("CANONICAL_IDS_RENEW_INTERVAL", 20.0, float)
     role = str(getattr(settings, "CANONICAL_IDS_ROLE", WORKER_ROLE)).strip().lower()
     if modulus < 2 or 1_000_000 % modulus:
         raise ImproperlyConfigured(f"WRITER_SLOT_MODULUS={modulus} must divide 1,000,000")
-    bad = [s for s in (*pool, *fixed.values()) if not 0 <= s < modulus]
-    if bad:
-        raise ImproperlyConfigured(f"Writer slots {bad} are outside 0..{modulus - 1}")
+    bad_pool = [s for s in pool if not 0 <= s < modulus]
+    if bad_pool:
+        raise ImproperlyConfigured(
+            f"CANONICAL_IDS_WORKER_POOL: slots {bad_pool} are outside 0..{modulus - 1}"
+        )
+    bad_fixed = {role: s for role, s in fixed.items() if not 0 <= s < modulus}
+    if bad_fixed:
+        raise ImproperlyConfigured(
+            f"CANONICAL_IDS_FIXED_SLOTS (CANONICAL_IDS_SLOT_<ROLE>): slots {bad_fixed} are "
+            f"outside 0..{modulus - 1}"
+        )
     clash = sorted(set(pool) & set(fixed.values()))
     if clash:
         raise ImproperlyConfigured(

@@ -32,6 +32,13 @@ class Config:
     slack_api_url: str
     slack_timeout: float  # seconds per HTTP call
     check_ses_verdicts: bool  # reject / quarantine on SES's verdict headers (issue 10)
+    # What one mail may cost the parser (see parsing.ParseLimits)
+    max_mime_parts: int
+    max_mime_depth: int
+    max_headers: int
+    max_header_bytes: int  # one header field, raw
+    max_header_total_bytes: int  # all header fields together, raw
+    max_text_bytes: int  # the text part used, transfer-decoded
 
     @property
     def slack_enabled(self) -> bool:
@@ -98,4 +105,10 @@ def get_config() -> Config:
         slack_api_url=_str("SLACK_API_URL", "https://slack.com/api/", required=True),
         slack_timeout=_float("SLACK_TIMEOUT", 10, minimum=0, inclusive=False),
         check_ses_verdicts=_check_ses_verdicts(store_url),
+        max_mime_parts=_int("INBOUND_EMAIL_MAX_MIME_PARTS", 100, minimum=1),
+        max_mime_depth=_int("INBOUND_EMAIL_MAX_MIME_DEPTH", 20, minimum=1),
+        max_headers=_int("INBOUND_EMAIL_MAX_HEADERS", 1000, minimum=1),
+        max_header_bytes=_int("INBOUND_EMAIL_MAX_HEADER_BYTES", 16 * 1024, minimum=1),
+        max_header_total_bytes=_int("INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES", 256 * 1024, minimum=1),
+        max_text_bytes=_int("INBOUND_EMAIL_MAX_TEXT_BYTES", 1024 * 1024, minimum=1),
     )

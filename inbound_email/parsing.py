@@ -34,10 +34,10 @@ from email.message import Message
 from email.parser import BytesParser
 from email.utils import getaddresses, parsedate_to_datetime
 
-from django.conf import settings
 from email_reply_parser import EmailReplyParser
 from selectolax.lexbor import LexborHTMLParser
 
+from inbound_email.conf import get_config
 from inbound_email.exceptions import MailLimitExceeded
 
 # Charset names seen in the wild that Python does not know, or knows under another name.
@@ -100,13 +100,14 @@ class ParseLimits:
 
     @classmethod
     def from_settings(cls) -> ParseLimits:
+        config = get_config()
         return cls(
-            max_parts=settings.INBOUND_EMAIL_MAX_MIME_PARTS,
-            max_depth=settings.INBOUND_EMAIL_MAX_MIME_DEPTH,
-            max_headers=settings.INBOUND_EMAIL_MAX_HEADERS,
-            max_header_bytes=settings.INBOUND_EMAIL_MAX_HEADER_BYTES,
-            max_header_total_bytes=settings.INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES,
-            max_text_bytes=settings.INBOUND_EMAIL_MAX_TEXT_BYTES,
+            max_parts=config.max_mime_parts,
+            max_depth=config.max_mime_depth,
+            max_headers=config.max_headers,
+            max_header_bytes=config.max_header_bytes,
+            max_header_total_bytes=config.max_header_total_bytes,
+            max_text_bytes=config.max_text_bytes,
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from django.conf import settings
+from jobs.conf import get_config
 
 _MAX_EXPONENT = 60  # 2**60 seconds is far past any cap; keeps the float finite
 
@@ -23,9 +23,11 @@ def retry_delay(
     jobs that failed together (a database blip, a crashed worker's batch) do not retry
     together. The cap bounds the exponential part; the jitter adds at most `jitter * cap`.
     """
-    base = settings.JOBS_BACKOFF_BASE_SECONDS if base is None else base
-    cap = settings.JOBS_BACKOFF_CAP_SECONDS if cap is None else cap
-    jitter = settings.JOBS_BACKOFF_JITTER if jitter is None else jitter
+    if base is None or cap is None or jitter is None:
+        config = get_config()
+        base = config.backoff_base_seconds if base is None else base
+        cap = config.backoff_cap_seconds if cap is None else cap
+        jitter = config.backoff_jitter if jitter is None else jitter
     exponent = min(max(attempts, 1) - 1, _MAX_EXPONENT)
     delay = min(cap, base * 2**exponent)
     return delay + (rng or random).uniform(0, jitter * delay)

@@ -15,10 +15,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
 
+from jobs.conf import get_config
 from jobs.exceptions import UnknownJobKind
 
 logger = logging.getLogger(__name__)
@@ -78,7 +78,7 @@ def discover() -> None:
         if _discovered:
             return
         autodiscover_modules("handlers")
-        for module in getattr(settings, "JOBS_EXTRA_HANDLER_MODULES", []):
+        for module in get_config().extra_handler_modules:
             importlib.import_module(module)
         _discovered = True
         logger.debug(

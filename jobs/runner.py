@@ -14,10 +14,10 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 
-from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from jobs import registry, services
+from jobs.conf import get_config
 from jobs.exceptions import LeaseLost
 from project.redaction import redact_emails
 
@@ -66,7 +66,7 @@ def run_pending(
     Call it outside any transaction (its claims must commit before handlers run).
     """
     registry.discover()
-    batch_size = batch_size or settings.JOBS_CLAIM_BATCH_SIZE
+    batch_size = batch_size or get_config().claim_batch_size
     summary = RunSummary(worker=services.new_worker_id())
     started = time.monotonic()
     pending: deque[services.ClaimedJob] = deque()
@@ -188,7 +188,7 @@ class _Heartbeat(threading.Thread):
 
     def run(self) -> None:
         try:
-            while not self._stopped.wait(settings.JOBS_HEARTBEAT_SECONDS):
+            while not self._stopped.wait(get_config().heartbeat_seconds):
                 try:
                     services.job_heartbeat(worker=self.worker)
                 except Exception:  # noqa: BLE001 - the heartbeat loop's catch-all; next beat retries

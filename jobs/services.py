@@ -1,5 +1,6 @@
-"""Every write to the Job table: enqueue, claim, complete, fail, heartbeat, reap, retry,
-cancel, prune. The runner (runner.py), the tasks, the commands and the admin call these.
+"""Every write to the Job table but the reaper's (reaper.py): enqueue, claim, complete, fail,
+heartbeat, retry, cancel, prune. The runner (runner.py), the tasks, the commands and the
+admin call these.
 
 Ownership rule: a worker may write a `processing` row only while `locked_by` is its own
 run id and the status is still `processing`; every such write is a guarded UPDATE, so a
@@ -19,13 +20,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, QuerySet
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from jobs.backoff import retry_delay
+from jobs.conf import get_config
 from jobs.exceptions import LeaseLost, PermanentJobError
 from jobs.models import Job
 
@@ -61,7 +62,7 @@ def enqueue(
     if not isinstance(payload, dict):
         raise TypeError(f"job payload must be a dict, not {type(payload).__name__}")
     if max_attempts is None:
-        max_attempts = settings.JOBS_DEFAULT_MAX_ATTEMPTS
+        max_attempts = get_config().default_max_attempts
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, not {max_attempts}")
     now = timezone.now()
@@ -91,7 +92,7 @@ def _schedule_wake() -> None:
     the transaction rolls back, none from inside a drain (that drain picks the job up).
     A duplicate wake-up is harmless: the drain claims with SKIP LOCKED and finds nothing.
     """
-    if not settings.JOBS_WAKE_ON_COMMIT or getattr(_draining, "active", False):
+    if not get_config().wake_on_commit or getattr(_draining, "active", False):
         return
     conn = transaction.get_connection()
     if conn.in_atomic_block and any(entry[1] is _wake for entry in conn.run_on_commit):
@@ -132,7 +133,7 @@ def job_claim_batch(*, worker: str, limit: int) -> list[ClaimedJob]:
     serialises claims just as well.
     """
     now = timezone.now()
-    lease_expires_at = now + timedelta(seconds=settings.JOBS_LEASE_SECONDS)
+    lease_expires_at = now + timedelta(seconds=get_config().lease_seconds)
     if connection.vendor == "postgresql":
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(_CLAIM_SQL, [now, limit, now, now, lease_expires_at, worker])
@@ -258,7 +259,7 @@ def job_heartbeat(*, worker: str) -> int:
     """Renew the lease of every row `worker` holds; return how many."""
     now = timezone.now()
     return Job.objects.filter(locked_by=worker, status=Status.PROCESSING).update(
-        heartbeat_at=now, lease_expires_at=now + timedelta(seconds=settings.JOBS_LEASE_SECONDS)
+        heartbeat_at=now, lease_expires_at=now + timedelta(seconds=get_config().lease_seconds)
     )
 
 
@@ -291,170 +292,6 @@ class _DrainScope:
 
     def __exit__(self, *exc_info: object) -> None:
         _draining.active = self.previous
-
-
-# --- reaper -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ReapedJob:
-    id: int
-    kind: str
-    attempts: int
-    max_attempts: int
-    locked_by: str  # the worker that stopped heartbeating
-    status: str  # the new (or, in a dry run, would-be) status
-    run_after: datetime | None
-
-    def describe(self) -> str:
-        then = f" run_after={self.run_after:%Y-%m-%d %H:%M:%S}" if self.run_after else ""
-        return (
-            f"#{self.id} {self.kind} attempts {self.attempts}/{self.max_attempts} "
-            f"(was {self.locked_by or '?'}) -> {self.status}{then}"
-        )
-
-
-def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -> list[ReapedJob]:
-    """Reclaim `processing` rows whose worker died: queued again with backoff, or failed when
-    their attempts are used up (the attempt was counted at claim, so reaping costs one).
-
-    Stale means the lease expired, or with `older_than` that the last heartbeat is older
-    than that many seconds. On PostgreSQL this is one UPDATE over a `FOR UPDATE SKIP LOCKED`
-    selection: two reapers at once each take disjoint rows, and a row whose worker is
-    completing it right now (its lock held) is left alone; the UPDATE re-checks the status
-    after any wait, so a row is never reaped twice.
-    """
-    now = timezone.now()
-    stale = Job.objects.filter(status=Status.PROCESSING)
-    if older_than is None:
-        stale = stale.filter(lease_expires_at__lt=now)
-        condition, cutoff = "lease_expires_at < %(cutoff)s", now
-    else:
-        cutoff = now - timedelta(seconds=older_than)
-        stale = stale.filter(heartbeat_at__lt=cutoff)
-        condition = "heartbeat_at < %(cutoff)s"
-    if dry_run:
-        return [
-            ReapedJob(
-                id=row.pk,
-                kind=row.kind,
-                attempts=row.attempts,
-                max_attempts=row.max_attempts,
-                locked_by=row.locked_by,
-                status=Status.FAILED if row.attempts >= row.max_attempts else Status.QUEUED,
-                run_after=None,
-            )
-            for row in stale.order_by("id")
-        ]
-    note = f"reaped at {now:%Y-%m-%d %H:%M:%S} UTC: lease expired, worker "
-    if connection.vendor == "postgresql":
-        reaped = _reap_postgresql(condition=condition, cutoff=cutoff, now=now, note=note)
-    else:
-        reaped = _reap_generic(stale=stale, now=now, note=note)
-    for job in reaped:
-        logger.warning(
-            "job reaped: %s",
-            job.describe(),
-            extra={
-                "action": "job_reaped",
-                "job_id": job.id,
-                "kind": job.kind,
-                "attempt": job.attempts,
-            },
-        )
-    return reaped
-
-
-_REAP_SQL = """
-WITH stale AS (
-    SELECT id, locked_by AS old_locked_by
-    FROM jobs_job
-    WHERE status = 'processing' AND {condition}
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE jobs_job AS j SET
-    status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
-    failed_at = CASE WHEN j.attempts >= j.max_attempts THEN %(now)s ELSE NULL END,
-    run_after = CASE WHEN j.attempts >= j.max_attempts THEN j.run_after ELSE
-        %(now)s + make_interval(secs => LEAST(%(cap)s::float8,
-            %(base)s::float8 * power(2, LEAST(GREATEST(j.attempts, 1) - 1, 60)))
-            * (1 + random() * %(jitter)s::float8)) END,
-    locked_by = '',
-    lease_expires_at = NULL,
-    last_error = %(note)s || stale.old_locked_by || ' stopped heartbeating (last heartbeat '
-        || COALESCE(to_char(j.heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), 'never')
-        || ' UTC)'
-FROM stale
-WHERE j.id = stale.id AND j.status = 'processing'
-RETURNING j.id, j.kind, j.attempts, j.max_attempts, stale.old_locked_by, j.status, j.run_after
-"""
-
-
-def _reap_postgresql(
-    *, condition: str, cutoff: datetime, now: datetime, note: str
-) -> list[ReapedJob]:
-    params = {
-        "cutoff": cutoff,
-        "now": now,
-        "cap": settings.JOBS_BACKOFF_CAP_SECONDS,
-        "base": settings.JOBS_BACKOFF_BASE_SECONDS,
-        "jitter": settings.JOBS_BACKOFF_JITTER,
-        "note": note,
-    }
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_REAP_SQL.format(condition=condition), params)
-        rows = cursor.fetchall()
-    return sorted(
-        (
-            ReapedJob(
-                id=pk,
-                kind=kind,
-                attempts=attempts,
-                max_attempts=maximum,
-                locked_by=locked_by,
-                status=status,
-                run_after=run_after if status == Status.QUEUED else None,
-            )
-            for pk, kind, attempts, maximum, locked_by, status, run_after in rows
-        ),
-        key=lambda job: job.id,
-    )
-
-
-def _reap_generic(*, stale: QuerySet[Job], now: datetime, note: str) -> list[ReapedJob]:
-    """Backends without row locks (SQLite): the IMMEDIATE transaction holds the only write
-    lock from BEGIN, so select-then-update inside it is as atomic as the single UPDATE."""
-    reaped = []
-    with transaction.atomic():
-        for row in stale.order_by("id"):
-            heartbeat = f"{row.heartbeat_at:%Y-%m-%d %H:%M:%S}" if row.heartbeat_at else "never"
-            fields: dict[str, Any] = {
-                "locked_by": "",
-                "lease_expires_at": None,
-                "last_error": f"{note}{row.locked_by} stopped heartbeating "
-                f"(last heartbeat {heartbeat} UTC)",
-            }
-            if row.attempts >= row.max_attempts:
-                fields.update(status=Status.FAILED, failed_at=now)
-            else:
-                fields.update(
-                    status=Status.QUEUED,
-                    run_after=now + timedelta(seconds=retry_delay(row.attempts)),
-                )
-            Job.objects.filter(pk=row.pk, status=Status.PROCESSING).update(**fields)
-            reaped.append(
-                ReapedJob(
-                    id=row.pk,
-                    kind=row.kind,
-                    attempts=row.attempts,
-                    max_attempts=row.max_attempts,
-                    locked_by=row.locked_by,
-                    status=fields["status"],
-                    run_after=fields.get("run_after"),
-                )
-            )
-    return reaped
 
 
 # --- operator actions (admin, commands) -------------------------------------------------------
@@ -498,7 +335,7 @@ def jobs_cancel(*, jobs: QuerySet[Job]) -> int:
 
 def jobs_prune_completed(*, older_than_days: float | None = None, chunk: int = 5000) -> int:
     """Delete completed jobs finished more than the retention ago, in chunks (short locks)."""
-    days = settings.JOBS_RETENTION_DAYS if older_than_days is None else older_than_days
+    days = get_config().retention_days if older_than_days is None else older_than_days
     cutoff = timezone.now() - timedelta(days=days)
     total = 0
     while True:

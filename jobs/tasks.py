@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-
-from jobs import services
+from jobs import reaper, services
+from jobs.conf import get_config
 from jobs.runner import run_pending
 
 
@@ -13,7 +12,7 @@ def run_due_jobs() -> dict:
     anything a lost wake-up missed). Bounded by JOBS_DRAIN_SECONDS, checked before every
     job, so it ends well inside the django-q2 task timeout (overrunning by at most the job
     running); unstarted claims are released, and the next wake-up or minute picks them up."""
-    summary = run_pending(max_seconds=settings.JOBS_DRAIN_SECONDS)
+    summary = run_pending(max_seconds=get_config().drain_seconds)
     result = summary.as_dict()
     result.pop("errors")  # logged already; the django-q2 result row stays small
     return result
@@ -21,7 +20,7 @@ def run_due_jobs() -> dict:
 
 def reap_stale_jobs() -> int:
     """Reclaim rows whose worker stopped heartbeating; return how many."""
-    return len(services.jobs_reap_stale())
+    return len(reaper.jobs_reap_stale())
 
 
 def prune_completed_jobs() -> int:

@@ -4,3 +4,9 @@ from django.apps import AppConfig
 class NotificationsConfig(AppConfig):
     name = "notifications"
     verbose_name = "Notifications"
+
+    def ready(self) -> None:
+        """A malformed setting or an unknown EMAIL_SENDER stops start-up, naming the variable."""
+        from notifications.senders import sender_class
+
+        sender_class()  # validates every setting of the app (get_config) and imports the sender

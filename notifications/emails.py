@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from urllib.parse import quote
 
-from django.conf import settings
 from django.template.loader import render_to_string
 
-from notifications.mail import OutgoingEmail
+from notifications.conf import get_config
 from notifications.reply_address import reply_address_for
+from notifications.senders.base import OutgoingEmail
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def render_notification_email(delivery: Delivery, *, expires_at: datetime) -> Ou
         text=render_to_string(f"{base}.txt", context),
         html=render_to_string(f"{base}.html", context),
         reply_to=reply_address_for(delivery.token),
-        from_email=settings.DEFAULT_FROM_EMAIL,
+        from_email=get_config().default_from_email,
         headers={
             "List-Unsubscribe": unsubscribe_header(delivery.token),
             "Auto-Submitted": "auto-generated",

@@ -8,7 +8,3 @@ class NotificationNotOpen(NotificationError):
 
 class NotificationNotRetryable(NotificationError):
     """A failed row cannot be queued again (e.g. the user already has an unsent digest)."""
-
-
-class SendError(NotificationError):
-    """The mail service did not accept a message; the row goes back to pending (or failed)."""

@@ -14,6 +14,8 @@ Each sweep walks its candidate users in batches. Per batch:
    reconciler hands them back to pending after NOTIFICATION_CLAIM_TIMEOUT_SECONDS.
 
 Call a sweep outside any transaction (the claims must commit before the mail leaves).
+Planning and claiming is in sweep_plan.py, delivery in sweep_delivery.py; this module runs
+the cycle (lock, reconcile, batches, summary).
 """
 
 from __future__ import annotations
@@ -23,32 +25,27 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import asdict, dataclass
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
-from django.utils import timezone
 
-from notifications import selectors, services
-from notifications.addresses import address_problem
-from notifications.emails import Delivery, render_notification_email
-from notifications.exceptions import SendError
-from notifications.mail import EmailSender, get_sender
-from notifications.models import EmailNotification, NotificationPreference, Proposal
+from notifications import selectors, sending
+from notifications.conf import get_config
+from notifications.emails import Delivery
+from notifications.models import EmailNotification
+from notifications.senders import get_sender
+from notifications.senders.base import EmailSender
+from notifications.sweep_delivery import deliver_batch
+from notifications.sweep_plan import Clock, apply_user, plan_user
 
 logger = logging.getLogger(__name__)
 
 Kind = EmailNotification.Kind
 Status = EmailNotification.Status
-Rung = NotificationPreference.Rung
 
 SWEEPS: tuple[str, ...] = (Kind.NEW_PROPOSAL, Kind.PROPOSAL_REVIEW, Kind.DIGEST)
-_DIGEST_DAYS = {Rung.DAILY: 1, Rung.WEEKLY: 7}
-# Review requests to a user on a digest rung are throttled to the same cadence.
-_REVIEW_DAYS = {Rung.IMMEDIATE: 0, **_DIGEST_DAYS}
 
 
 @dataclass
@@ -69,284 +66,6 @@ class SweepSummary:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@dataclass
-class _UserWork:
-    """What one user needs this cycle, decided from the batch's preloaded rows (no query)."""
-
-    expire_ids: list[int] = field(default_factory=list)
-    claim_rows: list[EmailNotification] = field(default_factory=list)
-    new_proposals: list[Proposal | None] = field(default_factory=list)  # None: a digest
-
-    def __bool__(self) -> bool:
-        return bool(self.expire_ids or self.claim_rows or self.new_proposals)
-
-
-class _Clock:
-    """Real time, or a fixed start (tests, benchmarks) that advances with the monotonic clock."""
-
-    def __init__(self, start: datetime | None) -> None:
-        self._start = start or timezone.now()
-        self._t0 = time.monotonic()
-
-    def now(self) -> datetime:
-        return self._start + timedelta(seconds=time.monotonic() - self._t0)
-
-
-def _rung(user: Any) -> str:
-    try:
-        return user.notification_preference.rung
-    except NotificationPreference.DoesNotExist:
-        return Rung.IMMEDIATE
-
-
-def _is_due(days: int, last_sent_at: datetime | None, now: datetime) -> bool:
-    """Calendar days (UTC) since the last mail of the kind: no drift with the sweep's cadence."""
-    return last_sent_at is None or (now.date() - last_sent_at.date()).days >= days
-
-
-def _can_mail(user: Any) -> bool:
-    return bool(user.is_active and user.email)
-
-
-def _plan_expiry(user: Any, now: datetime) -> list[int]:
-    return [
-        row.pk
-        for row in user.kind_rows
-        if row.status == Status.SENT and row.expires_at is not None and row.expires_at <= now
-    ]
-
-
-def _plan_sends(kind: str, user: Any, rung: str, now: datetime, work: _UserWork) -> None:
-    """Fill work.claim_rows / work.new_proposals for the user's current rung."""
-    if rung == Rung.PAUSED or not _can_mail(user):
-        return
-    work.claim_rows = [
-        row
-        for row in user.kind_rows
-        if row.status == Status.PENDING and (row.retry_after is None or row.retry_after <= now)
-    ]
-    # A review request that expires now may be asked again; a new-proposal notice never is.
-    reaskable = set(work.expire_ids) if kind == Kind.PROPOSAL_REVIEW else set()
-    has_row = {row.proposal_id for row in user.kind_rows if row.pk not in reaskable}
-    if kind == Kind.NEW_PROPOSAL:
-        # Immediate-rung PIs hear of each proposal entering review once; the others read it
-        # in their digest.
-        if rung == Rung.IMMEDIATE:
-            work.new_proposals = [p for p in user.proposals_in_review if p.pk not in has_row]
-    elif kind == Kind.PROPOSAL_REVIEW:
-        unasked = [p for p in user.proposals_in_review if p.pk not in has_row]
-        if rung == Rung.IMMEDIATE:
-            work.new_proposals = unasked
-        elif unasked and _is_due(_REVIEW_DAYS[rung], user.last_sent_at, now):
-            work.new_proposals = unasked[:1]
-    elif rung in _DIGEST_DAYS and user.proposals_in_review:
-        unsent = any(row.status in (Status.PENDING, Status.SENDING) for row in user.kind_rows)
-        if not unsent and _is_due(_DIGEST_DAYS[rung], user.last_sent_at, now):
-            work.new_proposals = [None]
-
-
-def _plan(kind: str, user: Any, now: datetime) -> _UserWork:
-    work = _UserWork(expire_ids=_plan_expiry(user, now))
-    _plan_sends(kind, user, _rung(user), now, work)
-    return work
-
-
-@dataclass
-class _UserResult:
-    deliveries: list[Delivery] = field(default_factory=list)
-    expired: int = 0
-    stepped_down: bool = False
-    invalid_address: int = 0
-
-
-def _apply(kind: str, user: Any, work: _UserWork, clock: _Clock) -> _UserResult:
-    """The user's writes; runs inside the user's savepoint (counted only once it commits)."""
-    now = clock.now()
-    result = _UserResult()
-    if work.expire_ids:
-        if kind == Kind.PROPOSAL_REVIEW:  # each expiry is a miss on the ladder
-            expiry = services.review_requests_expire(
-                user_id=user.pk, notification_ids=work.expire_ids, now=now
-            )
-            expired = result.expired = expiry.expired
-            result.stepped_down = expiry.stepped_down
-            if expiry.stepped_down and expiry.rung:  # the new rung decides what is sent now
-                work = _UserWork(expire_ids=work.expire_ids)
-                _plan_sends(kind, user, expiry.rung, now, work)
-        else:
-            expired = result.expired = services.notifications_expire(
-                notification_ids=work.expire_ids, now=now
-            )
-        if expired < len(work.expire_ids):
-            # Another worker (or a reply) got to some of these rows first: ask nothing new
-            # on stale information; the next cycle reads fresh rows.
-            work.new_proposals = []
-    problem = address_problem(user.email) if work.claim_rows or work.new_proposals else None
-    if problem is not None:  # never claimed `sending`: fails at once, names the reason
-        result.invalid_address = services.notifications_fail_invalid_address(
-            user_id=user.pk,
-            kind=kind,
-            pending_ids=[row.pk for row in work.claim_rows],
-            proposal_ids=[p.pk if p else None for p in work.new_proposals],
-            problem=problem,
-            now=now,
-        )
-        return result
-    deliveries = result.deliveries
-    claimed_at = now
-    base = {
-        "kind": kind,
-        "to_address": user.email,
-        "user_id": user.pk,
-        "recipient_name": user.get_full_name() or user.get_username(),
-        "claimed_at": claimed_at,
-    }
-    digest_titles = tuple(p.title for p in user.proposals_in_review) if kind == Kind.DIGEST else ()
-    titles = {p.pk: p.title for p in user.proposals_in_review}
-    if work.claim_rows:
-        claimable = list(
-            EmailNotification.objects.select_for_update(skip_locked=True)
-            .filter(pk__in=[row.pk for row in work.claim_rows], status=Status.PENDING)
-            .values_list("pk", "attempts")
-        )
-        if claimable:
-            EmailNotification.objects.filter(pk__in=[pk for pk, _ in claimable]).update(
-                status=Status.SENDING,
-                claimed_at=claimed_at,
-                attempts=F("attempts") + 1,
-                to_address=user.email,
-                updated_at=now,
-            )
-        rows = {row.pk: row for row in work.claim_rows}
-        for pk, attempts in claimable:
-            deliveries.append(
-                Delivery(
-                    notification_id=pk,
-                    token=rows[pk].token,
-                    attempt=attempts + 1,
-                    proposal_title=titles.get(rows[pk].proposal_id, ""),
-                    digest_titles=digest_titles,
-                    **base,
-                )
-            )
-    if work.new_proposals:
-        created = EmailNotification.objects.bulk_create(
-            [
-                EmailNotification(
-                    user_id=user.pk,
-                    kind=kind,
-                    proposal=proposal,
-                    to_address=user.email,
-                    status=Status.SENDING,
-                    claimed_at=claimed_at,
-                    attempts=1,
-                )
-                for proposal in work.new_proposals
-            ]
-        )
-        for row, proposal in zip(created, work.new_proposals, strict=True):
-            deliveries.append(
-                Delivery(
-                    notification_id=row.pk,
-                    token=row.token,
-                    attempt=1,
-                    proposal_title=proposal.title if proposal else "",
-                    digest_titles=digest_titles,
-                    **base,
-                )
-            )
-    return result
-
-
-def _expiry_window(kind: str) -> timedelta:
-    if kind == Kind.PROPOSAL_REVIEW:
-        return timedelta(hours=settings.NOTIFICATION_REVIEW_EXPIRY_HOURS)
-    return timedelta(hours=settings.NOTIFICATION_REPLY_WINDOW_HOURS)
-
-
-def _deliver(delivery: Delivery, sender: EmailSender, clock: _Clock, summary: SweepSummary) -> None:
-    expires_at = clock.now() + _expiry_window(delivery.kind)
-    email = render_notification_email(delivery, expires_at=expires_at)
-    try:
-        message_id = sender.send(email)
-    except SendError as exc:
-        status = services.notification_record_send_failure(
-            notification_id=delivery.notification_id,
-            claimed_at=delivery.claimed_at,
-            attempt=delivery.attempt,
-            error=str(exc),
-            now=clock.now(),
-        )
-        summary.failed += 1
-        logger.warning(
-            "%s sweep: send of notification %s to user %s refused (attempt %s, now %s): %s",
-            delivery.kind,
-            delivery.notification_id,
-            delivery.user_id,
-            delivery.attempt,
-            status,
-            exc,
-            extra={
-                "action": "notification_send_failed",
-                "sweep": delivery.kind,
-                "user_id": delivery.user_id,
-                "notification_id": delivery.notification_id,
-                "attempt": delivery.attempt,
-            },
-        )
-        return
-    services.notification_mark_sent(
-        notification_id=delivery.notification_id,
-        message_id=message_id,
-        sent_at=clock.now(),
-        expires_at=expires_at,
-    )
-    summary.sent += 1
-
-
-def _deliver_batch(
-    deliveries: list[Delivery],
-    sender: EmailSender,
-    clock: _Clock,
-    summary: SweepSummary,
-    *,
-    claimed_since: float,
-) -> None:
-    """Send the batch's claimed rows; `claimed_since` is the monotonic time the claims began."""
-    claim_budget = settings.NOTIFICATION_CLAIM_TIMEOUT_SECONDS / 2
-    for index, delivery in enumerate(deliveries):
-        if time.monotonic() - claimed_since > claim_budget:
-            # Slow mail service: hand the rest back before the reconciler of another worker
-            # takes them as crashed (which would risk duplicates).
-            rest = deliveries[index:]
-            summary.released += services.notification_release_claims(
-                claims=[(d.notification_id, d.claimed_at) for d in rest], now=clock.now()
-            )
-            logger.warning(
-                "%s sweep: delivery ran out of claim time, %s claims handed back",
-                delivery.kind,
-                len(rest),
-                extra={"action": "notification_claims_released", "sweep": delivery.kind},
-            )
-            return
-        try:
-            _deliver(delivery, sender, clock, summary)
-        except Exception:  # noqa: BLE001 - one row's failure must not stop the others; the row stays `sending` and the reconciler returns it to pending
-            summary.errors += 1
-            logger.exception(
-                "%s sweep: delivery of notification %s to user %s failed",
-                delivery.kind,
-                delivery.notification_id,
-                delivery.user_id,
-                extra={
-                    "action": "notification_delivery_error",
-                    "sweep": delivery.kind,
-                    "user_id": delivery.user_id,
-                    "notification_id": delivery.notification_id,
-                },
-            )
 
 
 @contextmanager
@@ -383,9 +102,9 @@ def run_sweep(
     if kind not in SWEEPS:
         raise ValueError(f"unknown sweep {kind!r}; choose from {', '.join(SWEEPS)}")
     kind = Kind(kind).value
-    clock = _Clock(now)
+    clock = Clock(now)
     sender = sender or get_sender()
-    batch_size = batch_size or settings.NOTIFICATION_SWEEP_BATCH_SIZE
+    batch_size = batch_size or get_config().sweep_batch_size
     summary = SweepSummary(sweep=kind)
     with _sweep_lock(kind) as acquired:
         if not acquired:
@@ -400,10 +119,10 @@ def run_sweep(
 
 
 def _run_locked(
-    kind: str, clock: _Clock, sender: EmailSender, batch_size: int, summary: SweepSummary
+    kind: str, clock: Clock, sender: EmailSender, batch_size: int, summary: SweepSummary
 ) -> SweepSummary:
     started = time.monotonic()
-    summary.reconciled = services.notification_reconcile_stale_claims(kind=kind, now=clock.now())
+    summary.reconciled = sending.notification_reconcile_stale_claims(kind=kind, now=clock.now())
     after_id = 0
     while True:
         deliveries: list[Delivery] = []
@@ -419,12 +138,12 @@ def _run_locked(
             for user in users:
                 summary.users += 1
                 try:
-                    work = _plan(kind, user, batch_now)
+                    work = plan_user(kind, user, batch_now)
                     if not work:
                         summary.skipped += 1
                         continue
                     with transaction.atomic():  # this user's savepoint (I11)
-                        result = _apply(kind, user, work, clock)
+                        result = apply_user(kind, user, work, clock)
                 except Exception:  # noqa: BLE001 - one user's failure must not stop the sweep: rolled back to the savepoint, logged, the batch carries on
                     summary.errors += 1
                     logger.exception(
@@ -445,7 +164,7 @@ def _run_locked(
                     summary.skipped += 1
                 deliveries.extend(result.deliveries)
         # The claims are committed: only now may mail leave (I12).
-        _deliver_batch(deliveries, sender, clock, summary, claimed_since=claimed_since)
+        deliver_batch(deliveries, sender, clock, summary, claimed_since=claimed_since)
         if len(users) < batch_size:
             break
     summary.seconds = round(time.monotonic() - started, 3)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test.utils import override_settings
@@ -23,7 +22,9 @@ from inbound_email.models import InboundEmail
 from inbound_email.stores import store_from_url
 from jobs import enqueue, run_pending
 from jobs.models import Job
+from notifications.conf import get_config as notifications_config
 from notifications.models import EmailNotification, NotificationPreference, Proposal
+from ops.conf import CONSOLE_EMAIL_BACKEND, get_config
 from ops.sample_mail import reply_mail, unknown_8bit_reply
 from ops.schedules import SCHEDULES
 
@@ -53,8 +54,9 @@ class DemoReport:
 
 def run_demo() -> DemoReport:
     """Console email would bury the report under six mails: write them to files instead."""
-    if settings.EMAIL_BACKEND == "django.core.mail.backends.console.EmailBackend":
-        outbox = settings.VAR_DIR / "sent_mail"
+    config = get_config()
+    if config.email_backend == CONSOLE_EMAIL_BACKEND:
+        outbox = config.var_dir / "sent_mail"
         with override_settings(
             EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
             EMAIL_FILE_PATH=str(outbox),
@@ -144,7 +146,9 @@ def _write_report(report, pis, notices, keys, ok_job_id: int, bad_job_id: int) -
     add(f"Demo run {report.run_tag}: what the worker just did")
     add("=" * 72)
     add("")
-    add(f"Notifications sent ({settings.EMAIL_SENDER} sender, {settings.EMAIL_BACKEND}):")
+    config = get_config()
+    sender = notifications_config().email_sender
+    add(f"Notifications sent ({sender} sender, {config.email_backend}):")
     for notice in EmailNotification.objects.filter(pk__in=[n.pk for n in notices]).order_by("pk"):
         add(f"  #{notice.pk} {notice.kind:<13} to {notice.to_address:<38} {notice.status}")
     add("")

@@ -25,7 +25,7 @@ from inbound_email.parsing import (
 )
 from inbound_email.poller import poll_once
 from notifications.reply_address import reply_address_for
-from tests.inbound_email.conftest import PI_ADDRESS
+from tests.support.mail import PI_ADDRESS
 from tests.support.mail_bombs import Bomb, corpus
 
 Status = InboundEmail.Status

@@ -87,7 +87,7 @@ def reaped_midway(payload: dict) -> None:
     """Another process's reaper takes the row while this handler runs (a stalled worker)."""
     from django.db import connection
 
-    from jobs.services import jobs_reap_stale
+    from jobs.reaper import jobs_reap_stale
 
     get_user_model().objects.create(username=payload["username"])
 

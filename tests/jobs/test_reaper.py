@@ -17,7 +17,7 @@ from model_bakery import baker
 
 from jobs import enqueue
 from jobs.models import Job
-from jobs.services import jobs_reap_stale
+from jobs.reaper import jobs_reap_stale
 from tests.support.processes import manage_py, spawn_manage_py
 
 User = get_user_model()

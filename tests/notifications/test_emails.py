@@ -10,9 +10,10 @@ import pytest
 from django.core import mail
 from django.utils import timezone
 
-from notifications.mail import DjangoEmailSender, OutgoingEmail
 from notifications.models import EmailNotification
 from notifications.reply_address import reply_address_for, token_from_address
+from notifications.senders.base import OutgoingEmail
+from notifications.senders.django import DjangoEmailSender
 from notifications.sweeps import sweep_digests, sweep_new_proposals, sweep_proposal_reviews
 
 pytestmark = pytest.mark.django_db

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs.services import jobs_reap_stale
+from jobs.conf import get_config
+from jobs.reaper import jobs_reap_stale
 
 
 class Command(BaseCommand):
@@ -44,14 +44,15 @@ class Command(BaseCommand):
         if older_than is not None:
             if older_than < 0:
                 raise CommandError("--older-than must be >= 0 seconds")
-            lease = settings.JOBS_LEASE_SECONDS
+            config = get_config()
+            lease = config.lease_seconds
             # A live worker renews its heartbeat every JOBS_HEARTBEAT_SECONDS; below the lease
             # a late beat (a busy host, a slow database) would look like a dead worker.
             if older_than < lease and not force:
                 raise CommandError(
                     f"--older-than {older_than:g} is below JOBS_LEASE_SECONDS={lease:g}: it "
                     "would reap jobs whose worker is still alive (heartbeat every "
-                    f"{settings.JOBS_HEARTBEAT_SECONDS:g}s), rolling back their work and "
+                    f"{config.heartbeat_seconds:g}s), rolling back their work and "
                     "repeating their side effects. Use a value >= the lease, or add --force "
                     "if you know those workers are dead."
                 )

@@ -5,9 +5,9 @@ from __future__ import annotations
 import signal
 import threading
 
-from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from jobs.conf import get_config
 from jobs.runner import run_pending
 
 
@@ -35,7 +35,7 @@ class Command(BaseCommand):
                 if burst:
                     return
                 if not summary.claimed:
-                    stop.wait(settings.JOBS_POLL_SECONDS)
+                    stop.wait(get_config().poll_seconds)
             self.stdout.write("SIGTERM: stopped")
         except KeyboardInterrupt:
             self.stdout.write("interrupted: stopped")

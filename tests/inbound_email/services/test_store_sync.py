@@ -1,22 +1,29 @@
-"""The store follows the ledger: a mail leaves the intake only once its outcome is safe.
-
-A real store (the folder store, or S3 on moto) behind a wrapper that fails the way S3 does:
-a throttled CopyObject, a DeleteObjects that answers with per-key errors or breaks off
-midway. The mail must stay in the intake, be marked `intake_deleted` only when it is really
-gone, and be finished by the next poll (issue 15).
-"""
+"""Store sync: the store follows the ledger after commit; a key still listed for a finished
+row is cleaned up, never handled twice (inbound_email/services/store_sync.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from inbound_email.exceptions import StoreError
-from inbound_email.models import InboundEmail
+from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
 from tests.support.mail import build_mail
-from tests.support.stores import key
+from tests.support.stores import intake_keys, key
 
 pytestmark = pytest.mark.django_db
+
+
+def test_redelivered_object_with_the_same_key_is_handled_once(store, notification):
+    mail = build_mail(token=notification.token, body="4")
+    store.put(key(store, "k"), mail)
+    poll_once()
+    store.put(key(store, "k"), mail)  # SES redelivers the same object
+    summary = poll_once()
+    assert summary.outcomes["cleaned_up"] == 1
+    assert InboundEmail.objects.count() == 1 and Reply.objects.count() == 1
+    assert intake_keys(store) == []
+
 
 Status = InboundEmail.Status
 Reason = InboundEmail.Reason
@@ -65,10 +72,6 @@ class FaultyStore:
             **failed,
             **{k: "InternalError: We encountered an internal error" for k in keys[half:]},
         }
-
-
-def intake_keys(store) -> list[str]:
-    return [o.key for page in store.list() for o in page]
 
 
 def test_a_failed_quarantine_copy_keeps_the_mail_in_the_intake_for_the_next_poll(

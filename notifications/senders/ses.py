@@ -1,7 +1,8 @@
 """The SES adapter: boto3 `send_raw_email` (the raw MIME carries Reply-To and List-Unsubscribe).
 
 Region, credentials and AWS_ENDPOINT_URL come from boto3's standard environment (SES_REGION
-overrides the region). Timeouts and retries are bounded so one send can never outlive the
+overrides the region, SES_CONFIGURATION_SET tags the sends; both read through
+`notifications.conf`). Timeouts and retries are bounded so one send can never outlive the
 claim timeout (NOTIFICATION_CLAIM_TIMEOUT_SECONDS) of the row it belongs to.
 """
 
@@ -12,10 +13,9 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
-from django.conf import settings
 
-from notifications.exceptions import SendError
-from notifications.mail import OutgoingEmail, build_message
+from notifications.conf import get_config
+from notifications.senders.base import MessageId, OutgoingEmail, SendError, build_message
 
 _CLIENT_CONFIG = Config(
     connect_timeout=5,  # seconds
@@ -26,7 +26,7 @@ _CLIENT_CONFIG = Config(
 
 def ses_client() -> Any:
     return boto3.session.Session().client(
-        "ses", region_name=settings.SES_REGION or None, config=_CLIENT_CONFIG
+        "ses", region_name=get_config().ses_region or None, config=_CLIENT_CONFIG
     )
 
 
@@ -34,10 +34,10 @@ class SesEmailSender:
     def __init__(self, client: Any | None = None, configuration_set: str | None = None) -> None:
         self._client = client if client is not None else ses_client()
         self._configuration_set = (
-            settings.SES_CONFIGURATION_SET if configuration_set is None else configuration_set
+            get_config().ses_configuration_set if configuration_set is None else configuration_set
         )
 
-    def send(self, email: OutgoingEmail) -> str:
+    def send(self, email: OutgoingEmail) -> MessageId:
         message, _ = build_message(email)
         request: dict[str, Any] = {
             "Source": email.from_email,

@@ -1,0 +1,95 @@
+"""The jobs app's settings, validated (each error naming the variable) and cached until a
+setting changes (override_settings and pytest's settings fixture send setting_changed).
+Every module of the app reads settings here.
+
+project/settings.py parses the environment (with the minimums an operator may set); this
+module checks what the job loop itself relies on (types, signs, the heartbeat below the
+lease) and is called once by the AppConfig, so a bad value stops start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+
+@dataclass(frozen=True)
+class Config:
+    lease_seconds: float  # a claimed job's lease; the reaper reclaims it after this
+    heartbeat_seconds: float  # a live worker renews its leases this often
+    backoff_base_seconds: float
+    backoff_cap_seconds: float
+    backoff_jitter: float  # fraction of the delay added at random
+    default_max_attempts: int
+    claim_batch_size: int  # rows per claim statement
+    retention_days: float  # completed rows older than this are pruned
+    extra_handler_modules: tuple[str, ...]  # imported besides every <app>.handlers
+    wake_on_commit: bool  # a drain is queued on django-q2 when an enqueue commits
+    drain_seconds: float  # how long one woken/scheduled drain may claim new batches
+    poll_seconds: float  # run_jobs' sleep when the queue is empty
+
+
+def _number(name: str, default: float, *, positive: bool = False) -> float:
+    value = getattr(settings, name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a number")
+    if value < 0 or (positive and value == 0):
+        raise ImproperlyConfigured(f"{name}={value!r} must be {'> 0' if positive else '>= 0'}")
+    return value
+
+
+def _count(name: str, default: int) -> int:
+    value = getattr(settings, name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ImproperlyConfigured(f"{name}={value!r} must be a whole number >= 1")
+    return value
+
+
+def _modules(name: str) -> tuple[str, ...]:
+    value: Any = getattr(settings, name, ())
+    if isinstance(value, str) or not all(isinstance(m, str) and m for m in value):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a list of module paths")
+    return tuple(value)
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = getattr(settings, name, default)
+    if not isinstance(value, bool):
+        raise ImproperlyConfigured(f"{name}={value!r} must be True or False")
+    return value
+
+
+@cache  # cleared whenever a setting changes (override_settings, pytest's settings fixture)
+def get_config() -> Config:
+    lease = _number("JOBS_LEASE_SECONDS", 120, positive=True)
+    heartbeat = _number("JOBS_HEARTBEAT_SECONDS", lease / 4, positive=True)
+    if heartbeat >= lease:
+        raise ImproperlyConfigured(
+            f"JOBS_HEARTBEAT_SECONDS={heartbeat} must be below "
+            f"JOBS_LEASE_SECONDS={lease} (a third or a quarter of it is usual)"
+        )
+    return Config(
+        lease_seconds=lease,
+        heartbeat_seconds=heartbeat,
+        backoff_base_seconds=_number("JOBS_BACKOFF_BASE_SECONDS", 10),
+        backoff_cap_seconds=_number("JOBS_BACKOFF_CAP_SECONDS", 3600),
+        backoff_jitter=_number("JOBS_BACKOFF_JITTER", 0.25),
+        default_max_attempts=_count("JOBS_DEFAULT_MAX_ATTEMPTS", 5),
+        claim_batch_size=_count("JOBS_CLAIM_BATCH_SIZE", 20),
+        retention_days=_number("JOBS_RETENTION_DAYS", 14),
+        extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
+        wake_on_commit=_flag("JOBS_WAKE_ON_COMMIT", True),
+        drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
+        poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
+    )
+
+
+@receiver(setting_changed)
+def _forget_config(**kwargs: Any) -> None:
+    get_config.cache_clear()

@@ -1,0 +1,118 @@
+"""The notifications app's settings, validated (each error naming the variable) and cached
+until a setting changes (override_settings and pytest's settings fixture send
+setting_changed). Every module of the app reads settings here.
+
+project/settings.py parses the environment into Django settings; this module checks what the
+app needs of those values (types, ranges, the sender) and is called once by the AppConfig, so
+a bad value stops start-up instead of failing the first sweep.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+# EMAIL_SENDER accepts these aliases, or the dotted path of any class with the sender
+# interface (notifications.senders.base.EmailSender), as EMAIL_BACKEND does for Django.
+SENDER_ALIASES = {
+    "django": "notifications.senders.django.DjangoEmailSender",
+    "ses": "notifications.senders.ses.SesEmailSender",
+}
+_DOTTED_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
+@dataclass(frozen=True)
+class Config:
+    email_sender: str  # the setting as given (an alias or a dotted path)
+    email_sender_path: str  # the dotted path of the sender class
+    default_from_email: str  # From: of every notification
+    reply_address: str  # INBOUND_REPLY_ADDRESS; tokens go in local+TOKEN@domain
+    ses_region: str  # empty: boto3's own region chain
+    ses_configuration_set: str  # empty: none
+    review_expiry_hours: int
+    reply_window_hours: int
+    send_max_attempts: int
+    retry_base_seconds: int
+    retry_max_seconds: int
+    claim_timeout_seconds: int
+    sweep_batch_size: int  # users per batch
+
+
+def _int(name: str, default: int, *, minimum: int) -> int:
+    value = getattr(settings, name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ImproperlyConfigured(f"{name}={value!r} must be an integer")
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={value!r} must be at least {minimum}")
+    return value
+
+
+def _str(name: str, default: str) -> str:
+    value: Any = getattr(settings, name, default)
+    if not isinstance(value, str):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a string")
+    return value
+
+
+def sender_path(value: str) -> str:
+    """EMAIL_SENDER -> the dotted path of the sender class (aliases are case-insensitive)."""
+    alias = SENDER_ALIASES.get(value.strip().lower())
+    if alias:
+        return alias
+    if _DOTTED_PATH.match(value.strip()):
+        return value.strip()
+    raise ImproperlyConfigured(
+        f"EMAIL_SENDER={value!r} is not a sender: use {' or '.join(map(repr, SENDER_ALIASES))}, "
+        "or the dotted path of a sender class (e.g. 'notifications.senders.ses.SesEmailSender')"
+    )
+
+
+def _reply_address() -> str:
+    value = _str("INBOUND_REPLY_ADDRESS", "replies@reply.localhost")
+    local, at, domain = value.partition("@")
+    if not (at and local and domain) or "+" in local or "@" in domain:
+        raise ImproperlyConfigured(
+            f"INBOUND_REPLY_ADDRESS={value!r} must be one address like replies@reply.example.org "
+            "(no '+': the token is added as replies+TOKEN@…)"
+        )
+    return value
+
+
+@cache  # cleared whenever a setting changes (override_settings, pytest's settings fixture)
+def get_config() -> Config:
+    sender = _str("EMAIL_SENDER", "django")
+    retry_base = _int("NOTIFICATION_RETRY_BASE_SECONDS", 60, minimum=0)
+    retry_max = _int("NOTIFICATION_RETRY_MAX_SECONDS", 3600, minimum=0)
+    if retry_max < retry_base:
+        raise ImproperlyConfigured(
+            f"NOTIFICATION_RETRY_MAX_SECONDS={retry_max} must be at least "
+            f"NOTIFICATION_RETRY_BASE_SECONDS={retry_base}"
+        )
+    return Config(
+        email_sender=sender,
+        email_sender_path=sender_path(sender),
+        default_from_email=_str("DEFAULT_FROM_EMAIL", "webmaster@localhost"),
+        reply_address=_reply_address(),
+        ses_region=_str("SES_REGION", ""),
+        ses_configuration_set=_str("SES_CONFIGURATION_SET", ""),
+        review_expiry_hours=_int("NOTIFICATION_REVIEW_EXPIRY_HOURS", 72, minimum=1),
+        reply_window_hours=_int("NOTIFICATION_REPLY_WINDOW_HOURS", 168, minimum=1),
+        send_max_attempts=_int("NOTIFICATION_SEND_MAX_ATTEMPTS", 5, minimum=1),
+        retry_base_seconds=retry_base,
+        retry_max_seconds=retry_max,
+        # 0 is allowed here (tests: every claim over budget); the environment asks for >= 60.
+        claim_timeout_seconds=_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=0),
+        sweep_batch_size=_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1),
+    )
+
+
+@receiver(setting_changed)
+def _forget_config(**kwargs: Any) -> None:
+    get_config.cache_clear()

@@ -1,0 +1,66 @@
+"""The sender interface every notification sender implements, and the types it speaks in.
+
+A sender takes an OutgoingEmail and returns the message id the mail service gave the accepted
+message, or raises SendError. A row becomes `sent` only with that id (I12). The adapters are
+`django.py` (Django's EMAIL_BACKEND) and `ses.py` (boto3 SES); EMAIL_SENDER picks one (see
+`notifications.senders.get_sender`). This module imports neither of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from email.utils import make_msgid, parseaddr
+from typing import Protocol
+
+from django.core.mail import EmailMultiAlternatives
+
+from notifications.exceptions import NotificationError
+
+MessageId = str  # the id the mail service gave an accepted message, without angle brackets
+
+
+class SendError(NotificationError):
+    """The mail service did not accept a message; the row goes back to pending (or failed)."""
+
+
+@dataclass(frozen=True)
+class OutgoingEmail:
+    to: str
+    subject: str
+    text: str
+    html: str
+    reply_to: str
+    from_email: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class EmailSender(Protocol):
+    """What a sweep needs of a sender. Built with no arguments from EMAIL_SENDER."""
+
+    def send(self, email: OutgoingEmail) -> MessageId:
+        """Hand the message over; return its message id; raise SendError if not accepted."""
+        ...
+
+
+def _message_id_domain(from_email: str) -> str:
+    # make_msgid() without a domain does a DNS lookup of this host's FQDN: slow and useless.
+    address = parseaddr(from_email)[1]
+    return address.rpartition("@")[2] or "localhost"
+
+
+def build_message(email: OutgoingEmail) -> tuple[EmailMultiAlternatives, MessageId]:
+    """The MIME message (text + HTML alternative) and its Message-ID without angle brackets.
+
+    Shared by both adapters so a notification looks the same whichever service sends it.
+    """
+    message_id = make_msgid(domain=_message_id_domain(email.from_email))
+    message = EmailMultiAlternatives(
+        subject=email.subject,
+        body=email.text,
+        from_email=email.from_email,
+        to=[email.to],
+        reply_to=[email.reply_to],
+        headers={**email.headers, "Message-ID": message_id},
+    )
+    message.attach_alternative(email.html, "text/html")
+    return message, message_id.strip("<>")

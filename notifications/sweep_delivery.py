@@ -1,0 +1,127 @@
+"""The delivery half of a sweep cycle: hand each claimed row to the sender, after the claims
+committed (I12).
+
+Accepted -> `sent` with the message id; refused (SendError) -> back to `pending` with a
+backoff, or `failed` when its attempts are spent. Claims the cycle has no time left for are
+handed back before another worker's reconciler would take them as crashed. A crash anywhere
+here leaves rows `sending`; the next cycle's reconciler hands them back to pending.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+from typing import Protocol
+
+from notifications import sending
+from notifications.conf import get_config
+from notifications.emails import Delivery, render_notification_email
+from notifications.models import EmailNotification
+from notifications.senders.base import EmailSender, SendError
+from notifications.sweep_plan import Clock
+
+logger = logging.getLogger(__name__)
+
+Kind = EmailNotification.Kind
+
+
+class DeliveryCounts(Protocol):
+    """The counters delivery adds to (a SweepSummary)."""
+
+    sent: int
+    failed: int
+    errors: int
+    released: int
+
+
+def _expiry_window(kind: str) -> timedelta:
+    config = get_config()
+    if kind == Kind.PROPOSAL_REVIEW:
+        return timedelta(hours=config.review_expiry_hours)
+    return timedelta(hours=config.reply_window_hours)
+
+
+def _deliver(
+    delivery: Delivery, sender: EmailSender, clock: Clock, summary: DeliveryCounts
+) -> None:
+    expires_at = clock.now() + _expiry_window(delivery.kind)
+    email = render_notification_email(delivery, expires_at=expires_at)
+    try:
+        message_id = sender.send(email)
+    except SendError as exc:
+        status = sending.notification_record_send_failure(
+            notification_id=delivery.notification_id,
+            claimed_at=delivery.claimed_at,
+            attempt=delivery.attempt,
+            error=str(exc),
+            now=clock.now(),
+        )
+        summary.failed += 1
+        logger.warning(
+            "%s sweep: send of notification %s to user %s refused (attempt %s, now %s): %s",
+            delivery.kind,
+            delivery.notification_id,
+            delivery.user_id,
+            delivery.attempt,
+            status,
+            exc,
+            extra={
+                "action": "notification_send_failed",
+                "sweep": delivery.kind,
+                "user_id": delivery.user_id,
+                "notification_id": delivery.notification_id,
+                "attempt": delivery.attempt,
+            },
+        )
+        return
+    sending.notification_mark_sent(
+        notification_id=delivery.notification_id,
+        message_id=message_id,
+        sent_at=clock.now(),
+        expires_at=expires_at,
+    )
+    summary.sent += 1
+
+
+def deliver_batch(
+    deliveries: list[Delivery],
+    sender: EmailSender,
+    clock: Clock,
+    summary: DeliveryCounts,
+    *,
+    claimed_since: float,
+) -> None:
+    """Send the batch's claimed rows; `claimed_since` is the monotonic time the claims began."""
+    claim_budget = get_config().claim_timeout_seconds / 2
+    for index, delivery in enumerate(deliveries):
+        if time.monotonic() - claimed_since > claim_budget:
+            # Slow mail service: hand the rest back before the reconciler of another worker
+            # takes them as crashed (which would risk duplicates).
+            rest = deliveries[index:]
+            summary.released += sending.notification_release_claims(
+                claims=[(d.notification_id, d.claimed_at) for d in rest], now=clock.now()
+            )
+            logger.warning(
+                "%s sweep: delivery ran out of claim time, %s claims handed back",
+                delivery.kind,
+                len(rest),
+                extra={"action": "notification_claims_released", "sweep": delivery.kind},
+            )
+            return
+        try:
+            _deliver(delivery, sender, clock, summary)
+        except Exception:  # noqa: BLE001 - one row's failure must not stop the others; the row stays `sending` and the reconciler returns it to pending
+            summary.errors += 1
+            logger.exception(
+                "%s sweep: delivery of notification %s to user %s failed",
+                delivery.kind,
+                delivery.notification_id,
+                delivery.user_id,
+                extra={
+                    "action": "notification_delivery_error",
+                    "sweep": delivery.kind,
+                    "user_id": delivery.user_id,
+                    "notification_id": delivery.notification_id,
+                },
+            )
