@@ -79,6 +79,15 @@ class InboundEmail(models.Model):
         related_name="inbound_emails",
     )
 
+    # The notice telling the PI why their reply was rejected (issue 13), when one was queued.
+    rejection_notice = models.ForeignKey(
+        "notifications.EmailNotification",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="rejected_replies",
+    )
+
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.RECEIVED)
     reason = models.CharField(max_length=30, choices=Reason.choices, blank=True, default="")
     detail = models.TextField(blank=True, help_text="Human-readable reason.")

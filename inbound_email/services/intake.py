@@ -51,6 +51,7 @@ from inbound_email.services.ledger import (
     mail_set_quarantined,
     reply_complete,
 )
+from inbound_email.services.notices import rejection_notice
 from inbound_email.services.relay import reply_relay_enqueue
 from inbound_email.stores import MailStore, StoredObject, sha256_hex
 from inbound_email.verdicts import read_ses_verdicts
@@ -325,6 +326,11 @@ def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> Non
         max_replies_per_hour=get_config().max_replies_per_token_per_hour,
     )
     if not isinstance(decision, Accept):
+        if notification is not None:
+            # Same transaction as the rejection, under the notification's row lock (the cap).
+            notice = rejection_notice(notification=notification, reason=decision.reason, now=now)
+            if notice is not None:  # a reprocessed row keeps the notice it already had
+                row.rejection_notice = notice
         return mail_reject(row, decision.reason, decision.detail, now)
     assert notification is not None  # decide() accepts only a known notification
     if decision.unsubscribe:
