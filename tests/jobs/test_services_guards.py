@@ -22,12 +22,12 @@ from django.db import connection, transaction
 from jobs import enqueue, handler, run_pending
 from jobs.exceptions import LeaseLost
 from jobs.models import Job
+from jobs.reaper import jobs_reap_stale
 from jobs.services import (
     ClaimedJob,
     job_claim_batch,
     job_complete,
     job_record_failure,
-    jobs_reap_stale,
 )
 from tests.support.locks import LockWaitWatcher, OpenTransaction
 from tests.support.processes import spawn_manage_py

@@ -20,7 +20,11 @@ import pytest
 from django.utils import timezone
 
 from inbound_email.models import InboundEmail, Reply
-from inbound_email.services import CLAIM_LEASE_SECONDS, inbound_email_handle, inbound_email_register
+from inbound_email.services.intake import (
+    CLAIM_LEASE_SECONDS,
+    inbound_email_handle,
+    inbound_email_register,
+)
 from tests.support.locks import LockWait, LockWaitWatcher, OpenTransaction
 from tests.support.mail import build_mail
 from tests.support.processes import child_env, spawn_manage_py
