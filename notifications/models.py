@@ -162,11 +162,6 @@ class EmailNotification(models.Model):
                 name="one_unsent_digest_per_user",
             ),
             models.CheckConstraint(
-                condition=Q(kind="reply_rejected", about__isnull=False)
-                | (~Q(kind="reply_rejected") & Q(about__isnull=True)),
-                name="notice_is_about_a_notification",
-            ),
-            models.CheckConstraint(
                 condition=~Q(status="sending") | Q(claimed_at__isnull=False),
                 name="sending_notification_has_claimed_at",
             ),

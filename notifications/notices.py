@@ -88,6 +88,7 @@ def notice_reply_rejected(
 
 @dataclass
 class NoticeSummary:
+    sweep: str = Kind.REPLY_REJECTED.value  # the key the schedule's result is read by
     sent: int = 0
     failed: int = 0  # sends refused (retried later, or failed for good)
     errors: int = 0  # deliveries that raised; the row stays `sending` for the reconciler

@@ -67,5 +67,5 @@ def test_readme_run_command_shows_the_demo_and_starts_qcluster_on_sqlite(tmp_pat
     output = log_path.read_text()
     assert "Demo run" in output
     assert "a spoofed sender       rejected" in output
-    assert "schedules: 7 created" in output
+    assert "schedules: 8 created" in output
     assert (tmp_path / "var" / "worker.sqlite3").is_file()
