@@ -12,7 +12,9 @@ cannot authenticate a forgery; a quoted FAIL cannot get a genuine reply rejected
 attached messages are never read (they are not in the top-level block). This holds only while
 SES writes its verdicts: with scanning off, the topmost copy could be the sender's, which is
 why the check is a setting (`INBOUND_EMAIL_CHECK_SES_VERDICTS`) meant for an S3 store fed by a
-scanning receipt rule.
+scanning receipt rule. Even then a forged verdict gains the sender nothing: a PASS only leaves
+the mail to the usual checks (token, notified sender), where it would be with the check off,
+and a FAIL only rejects the sender's own mail.
 
 `Authentication-Results` carries the same verdicts in free form, with comments that echo
 sender-chosen text (the From domain, the envelope sender); it is not read: the X-SES fields

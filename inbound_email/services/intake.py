@@ -11,6 +11,9 @@ The order of effects is what bounds a poison mail (I6, COR-19):
   same (still healthy) transaction.
 * Store effects (delete, move to quarantine) happen only after the outcome has committed
   (`store_sync`, called by the poller).
+* SES's verdicts (when checked) and the header-only rejections are decided on the header
+  block; only what passes them has its body parsed. A rejection the PI can act on queues a
+  notice in the same transaction (`notices`).
 * An accepted instruction is saved first (Reply, relay_status=pending) and the mail stays in
   the intake (status awaiting_relay) until the relay has posted or inboxed it (I8, COR-32).
 
@@ -233,8 +236,8 @@ def _ses_verdict(row: InboundEmail, mail: ParsedMail) -> Reject | Quarantine | N
         return None
     verdicts = read_ses_verdicts(mail.headers)
     if not verdicts.any_present():
-        # Scanning off in the receipt rule, or not SES: the sender's own X-SES fields would be
-        # the topmost ones then, so say so instead of trusting nothing in silence.
+        # Scanning off in the receipt rule, or not SES: nothing to check, and a sender's own
+        # X-SES fields would be the topmost ones; an operator should know, not guess.
         logger.warning(
             "mail #%s has no SES verdict headers although the verdict check is on",
             row.pk,
