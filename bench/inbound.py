@@ -31,7 +31,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-os.environ.setdefault("JOBS_WAKE_ON_COMMIT", "false")
 os.environ.setdefault("SLACK_BOT_TOKEN", "")
 for _name, _value in {
     "AWS_ACCESS_KEY_ID": "bench",
@@ -230,7 +229,7 @@ def main() -> None:
     setup_test_environment()
     old_config = setup_databases(verbosity=0, interactive=False)
     try:
-        with override_settings(MAX_REPLIES_PER_TOKEN_PER_HOUR=10**9, JOBS_WAKE_ON_COMMIT=False):
+        with override_settings(MAX_REPLIES_PER_TOKEN_PER_HOUR=10**9):
             notification = make_notification()
             from django.conf import settings
 

@@ -6,7 +6,12 @@ from django.contrib import admin
 from django.utils import timezone
 
 from canonical_ids.models import Message, WriterSlotLease
-from project.admin import ReadOnlyAdmin
+from canonical_ids.selectors import leases_live
+from project.admin import ReadOnlyAdmin, SelectorFilter
+
+
+class LeaseHealthFilter(SelectorFilter):
+    choices_by_value = {"live": ("Held by a live writer", lambda now: leases_live(now=now))}
 
 
 @admin.register(WriterSlotLease)
@@ -23,7 +28,7 @@ class WriterSlotLeaseAdmin(ReadOnlyAdmin):
         "is_live",
         "last_ts",
     )
-    list_filter = ("role",)
+    list_filter = ("role", LeaseHealthFilter)
     search_fields = ("holder_host", "=holder_pid")
 
     @admin.display(boolean=True, description="live")

@@ -4,15 +4,8 @@ A lease must never roll back with the caller's transaction (a record_message ins
 `atomic()` that later fails would otherwise leave this process minting in a slot the
 database calls free), and django-q2 closes Django's connections before each task. So every
 lease operation opens a short-lived connection, runs one self-contained statement in
-autocommit, and closes it. Correctness comes from the database: on PostgreSQL the pool claim
-is one `UPDATE ... WHERE slot = (SELECT ... FOR UPDATE SKIP LOCKED)` judged by the database
-clock; on SQLite (one writer at a time) the same statement is atomic under the write lock.
-
-Exception: on SQLite, when the default connection is inside `atomic()`, it already holds the
-database's only write lock, and a second connection would wait on it until timeout. There the
-lease statement runs on the default connection inside the caller's transaction; if that
-rolls back, the next renewal finds the lease gone and claims again (documented trade-off of
-the single-writer embedded default, where only one worker process runs).
+autocommit, and closes it. Correctness comes from the database: the pool claim is one
+`UPDATE ... WHERE slot = (SELECT ... FOR UPDATE SKIP LOCKED)` judged by the database clock.
 """
 
 from __future__ import annotations
@@ -25,11 +18,10 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.utils import timezone
 
 from canonical_ids.exceptions import SlotUnavailable
 from canonical_ids.models import WriterSlotLease
@@ -74,31 +66,14 @@ def database_key() -> tuple:
 def lease_connection() -> Iterator[BaseDatabaseWrapper]:
     """A fresh autocommit connection to the default database, closed afterwards."""
     default = connections[DEFAULT_DB_ALIAS]
-    if default.vendor == "sqlite" and default.in_atomic_block:
-        yield default
-        return
     conn = default.__class__(copy.deepcopy(default.settings_dict), alias=LEASE_ALIAS)
     try:
         conn.ensure_connection()
-        if conn.vendor == "postgresql":
-            with conn.cursor() as cursor:
-                cursor.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+        with conn.cursor() as cursor:
+            cursor.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
         yield conn
     finally:
         conn.close()
-
-
-def _now_sql(conn: BaseDatabaseWrapper) -> tuple[str, list]:
-    """SQL for "now" (the database clock on PostgreSQL) and its parameters."""
-    if conn.vendor == "postgresql":
-        return "now()", []
-    return "%s", [conn.ops.adapt_datetimefield_value(timezone.now())]
-
-
-def _expiry_sql(conn: BaseDatabaseWrapper, ttl: float) -> tuple[str, list]:
-    if conn.vendor == "postgresql":
-        return "now() + make_interval(secs => %s)", [ttl]
-    return "%s", [conn.ops.adapt_datetimefield_value(timezone.now() + timedelta(seconds=ttl))]
 
 
 def _ensure_rows(conn: BaseDatabaseWrapper, slots: Sequence[int]) -> None:
@@ -119,30 +94,17 @@ def lease_acquire(*, slots: Sequence[int], holder: Holder, ttl: float) -> Lease:
     token = uuid.uuid4().hex
     with lease_connection() as conn:
         _ensure_rows(conn, slots)
-        now_sql, now_params = _now_sql(conn)
-        exp_sql, exp_params = _expiry_sql(conn, ttl)
         placeholders = ", ".join(["%s"] * len(slots))
-        lock = " FOR UPDATE SKIP LOCKED" if conn.vendor == "postgresql" else ""
         sql = (
             f"UPDATE {TABLE} SET role = %s, holder_token = %s, holder_host = %s, "
-            f"holder_pid = %s, holder_started_at = %s, acquired_at = {now_sql}, "
-            f"renewed_at = {now_sql}, expires_at = {exp_sql} "
+            f"holder_pid = %s, holder_started_at = %s, acquired_at = now(), "
+            f"renewed_at = now(), expires_at = now() + make_interval(secs => %s) "
             f"WHERE slot = (SELECT slot FROM {TABLE} WHERE slot IN ({placeholders}) "
-            f"AND (expires_at IS NULL OR expires_at <= {now_sql}) ORDER BY slot LIMIT 1{lock}) "
+            f"AND (expires_at IS NULL OR expires_at <= now()) ORDER BY slot LIMIT 1 "
+            f"FOR UPDATE SKIP LOCKED) "
             f"RETURNING slot, last_ts"
         )
-        params = [
-            holder.role,
-            token,
-            holder.host,
-            holder.pid,
-            conn.ops.adapt_datetimefield_value(holder.started_at),
-            *now_params,
-            *now_params,
-            *exp_params,
-            *slots,
-            *now_params,
-        ]
+        params = [holder.role, token, holder.host, holder.pid, holder.started_at, ttl, *slots]
         with conn.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
@@ -164,14 +126,13 @@ def lease_acquire(*, slots: Sequence[int], holder: Holder, ttl: float) -> Lease:
 def lease_renew(*, slot: int, token: str, last_ts: str, ttl: float) -> bool:
     """Extend our lease and store the last id issued; False if the lease is no longer ours."""
     with lease_connection() as conn:
-        now_sql, now_params = _now_sql(conn)
-        exp_sql, exp_params = _expiry_sql(conn, ttl)
         with conn.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {TABLE} SET renewed_at = {now_sql}, expires_at = {exp_sql}, "
+                f"UPDATE {TABLE} SET renewed_at = now(), "
+                f"expires_at = now() + make_interval(secs => %s), "
                 f"last_ts = CASE WHEN last_ts < %s THEN %s ELSE last_ts END "
                 f"WHERE slot = %s AND holder_token = %s",
-                [*now_params, *exp_params, last_ts, last_ts, slot, token],
+                [ttl, last_ts, last_ts, slot, token],
             )
             return cursor.rowcount == 1
 
@@ -179,14 +140,13 @@ def lease_renew(*, slot: int, token: str, last_ts: str, ttl: float) -> bool:
 def lease_release(*, slot: int, token: str, last_ts: str) -> bool:
     """Give the slot back at once (clean exit), keeping its last id for the next holder."""
     with lease_connection() as conn:
-        now_sql, now_params = _now_sql(conn)
         with conn.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {TABLE} SET renewed_at = {now_sql}, expires_at = NULL, "
+                f"UPDATE {TABLE} SET renewed_at = now(), expires_at = NULL, "
                 f"holder_token = '', "
                 f"last_ts = CASE WHEN last_ts < %s THEN %s ELSE last_ts END "
                 f"WHERE slot = %s AND holder_token = %s",
-                [*now_params, last_ts, last_ts, slot, token],
+                [last_ts, last_ts, slot, token],
             )
             released = cursor.rowcount == 1
     if released:

@@ -11,13 +11,14 @@ from django.utils.html import format_html
 
 from inbound_email.exceptions import InboundEmailError
 from inbound_email.models import InboundEmail, Reply
+from inbound_email.selectors import inbound_relays_stuck, replies_needing_operator
 from inbound_email.services.actions import (
     inbound_email_discard,
     inbound_email_raw,
     inbound_email_reprocess,
     reply_acknowledge,
 )
-from project.admin import ReadOnlyAdmin
+from project.admin import ReadOnlyAdmin, SelectorFilter
 
 
 def _pre(text: str) -> str:
@@ -25,10 +26,22 @@ def _pre(text: str) -> str:
     return format_html('<pre style="white-space: pre-wrap; max-height: 40em">{}</pre>', text)
 
 
+class InboundEmailHealthFilter(SelectorFilter):
+    choices_by_value = {
+        "relay_stuck": ("Relay stuck over 24 h", lambda now: inbound_relays_stuck(now=now)),
+    }
+
+
+class ReplyHealthFilter(SelectorFilter):
+    choices_by_value = {
+        "needs_operator": ("Needs an operator", lambda now: replies_needing_operator()),
+    }
+
+
 @admin.register(InboundEmail)
 class InboundEmailAdmin(ReadOnlyAdmin):
     list_display = ("id", "store_key", "status", "reason", "attempts", "subject", "created_at")
-    list_filter = ("status", "reason")
+    list_filter = ("status", "reason", InboundEmailHealthFilter)
     search_fields = ("store_key", "message_id", "subject")
     date_hierarchy = "created_at"
     actions = ("reprocess", "discard")
@@ -148,6 +161,7 @@ class ReplyAdmin(ReadOnlyAdmin):
         "relay_status",
         "needs_operator",
         ("operator_acknowledged_at", admin.EmptyFieldListFilter),
+        ReplyHealthFilter,
     )
     readonly_fields = [f.name for f in Reply._meta.fields]
     actions = ("acknowledge",)

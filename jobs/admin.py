@@ -11,7 +11,8 @@ from django.utils.html import format_html
 
 from jobs import registry, services
 from jobs.models import Job
-from jobs.selectors import job_status_counts
+from jobs.selectors import job_status_counts, jobs_due, jobs_stuck
+from project.admin import SelectorFilter
 
 
 class KindFilter(admin.SimpleListFilter):
@@ -25,6 +26,13 @@ class KindFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         return queryset.filter(kind=self.value()) if self.value() else queryset
+
+
+class JobHealthFilter(SelectorFilter):
+    choices_by_value = {
+        "stuck": ("Stuck past their lease", lambda now: jobs_stuck(now=now)),
+        "due": ("Due now", lambda now: jobs_due(now=now)),
+    }
 
 
 @admin.register(Job)
@@ -41,7 +49,7 @@ class JobAdmin(admin.ModelAdmin):
         "failed_at",
         "error_summary",
     )
-    list_filter = ("status", KindFilter)
+    list_filter = ("status", KindFilter, JobHealthFilter)
     search_fields = ("kind",)  # plus an exact id, see get_search_results
     search_help_text = "A job id (e.g. 42 or #42), or part of a kind."
     ordering = ("-id",)

@@ -30,7 +30,6 @@ class Config:
     claim_batch_size: int  # rows per claim statement
     retention_days: float  # completed rows older than this are pruned
     extra_handler_modules: tuple[str, ...]  # imported besides every <app>.handlers
-    wake_on_commit: bool  # a drain is queued on django-q2 when an enqueue commits
     drain_seconds: float  # how long one woken/scheduled drain may claim new batches
     poll_seconds: float  # run_jobs' sleep when the queue is empty
 
@@ -58,13 +57,6 @@ def _modules(name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _flag(name: str, default: bool) -> bool:
-    value = getattr(settings, name, default)
-    if not isinstance(value, bool):
-        raise ImproperlyConfigured(f"{name}={value!r} must be True or False")
-    return value
-
-
 @cache  # cleared whenever a setting changes (override_settings, pytest's settings fixture)
 def get_config() -> Config:
     lease = _number("JOBS_LEASE_SECONDS", 120, positive=True)
@@ -84,7 +76,6 @@ def get_config() -> Config:
         claim_batch_size=_count("JOBS_CLAIM_BATCH_SIZE", 20),
         retention_days=_number("JOBS_RETENTION_DAYS", 14),
         extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
-        wake_on_commit=_flag("JOBS_WAKE_ON_COMMIT", True),
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
     )

@@ -9,14 +9,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from jobs.backoff import retry_delay
-from jobs.conf import get_config
 from jobs.models import Job
 
 logger = logging.getLogger(__name__)
@@ -60,20 +58,19 @@ def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -
     their attempts are used up (the attempt was counted at claim, so reaping costs one).
 
     Stale means the lease expired, or with `older_than` that the last heartbeat is older
-    than that many seconds. On PostgreSQL this is one UPDATE over a `FOR UPDATE SKIP LOCKED`
-    selection: two reapers at once each take disjoint rows, and a row whose worker is
-    completing it right now (its lock held) is left alone; the UPDATE re-checks the status
-    after any wait, so a row is never reaped twice.
+    than that many seconds. One transaction: a `FOR UPDATE SKIP LOCKED` selection, then one
+    UPDATE of exactly those rows. Two reapers at once each take disjoint rows, and a row
+    whose worker is completing it right now (its lock held) is left alone; the UPDATE
+    re-checks the status, so a row is never reaped twice. The outcome of each row (status,
+    backoff) is decided in Python, by the same rules as a failed attempt.
     """
     now = timezone.now()
     stale = Job.objects.filter(status=Status.PROCESSING)
     if older_than is None:
         stale = stale.filter(lease_expires_at__lt=now)
-        condition, cutoff = "lease_expires_at < %(cutoff)s", now
     else:
-        cutoff = now - timedelta(seconds=older_than)
-        stale = stale.filter(heartbeat_at__lt=cutoff)
-        condition = "heartbeat_at < %(cutoff)s"
+        stale = stale.filter(heartbeat_at__lt=now - timedelta(seconds=older_than))
+    stale = stale.order_by("id")
     if dry_run:
         return [
             ReapedJob.of(
@@ -81,13 +78,9 @@ def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -
                 status=Status.FAILED if row.attempts >= row.max_attempts else Status.QUEUED,
                 run_after=None,
             )
-            for row in stale.order_by("id")
+            for row in stale
         ]
-    note = f"reaped at {now:%Y-%m-%d %H:%M:%S} UTC: lease expired, worker "
-    if connection.vendor == "postgresql":
-        reaped = _reap_postgresql(condition=condition, cutoff=cutoff, now=now, note=note)
-    else:
-        reaped = _reap_generic(stale=stale, now=now, note=note)
+    reaped = _reap(stale=stale, now=now)
     for job in reaped:
         logger.warning(
             "job reaped: %s",
@@ -102,86 +95,55 @@ def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -
     return reaped
 
 
-_REAP_SQL = """
-WITH stale AS (
-    SELECT id, locked_by AS old_locked_by
-    FROM jobs_job
-    WHERE status = 'processing' AND {condition}
-    ORDER BY id
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE jobs_job AS j SET
-    status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'queued' END,
-    failed_at = CASE WHEN j.attempts >= j.max_attempts THEN %(now)s ELSE NULL END,
-    run_after = CASE WHEN j.attempts >= j.max_attempts THEN j.run_after ELSE
-        %(now)s + make_interval(secs => LEAST(%(cap)s::float8,
-            %(base)s::float8 * power(2, LEAST(GREATEST(j.attempts, 1) - 1, 60)))
-            * (1 + random() * %(jitter)s::float8)) END,
-    locked_by = '',
-    lease_expires_at = NULL,
-    last_error = %(note)s || stale.old_locked_by || ' stopped heartbeating (last heartbeat '
-        || COALESCE(to_char(j.heartbeat_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS'), 'never')
-        || ' UTC)'
-FROM stale
-WHERE j.id = stale.id AND j.status = 'processing'
-RETURNING j.id, j.kind, j.attempts, j.max_attempts, stale.old_locked_by, j.status, j.run_after
+_REAP_UPDATE_SQL = f"""
+UPDATE {Job._meta.db_table} AS j
+SET status = d.status, failed_at = d.failed_at, run_after = COALESCE(d.run_after, j.run_after),
+    locked_by = '', lease_expires_at = NULL, last_error = d.last_error
+FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[])
+    AS d(id, status, failed_at, run_after, last_error)
+WHERE j.id = d.id AND j.status = '{Status.PROCESSING}'
+RETURNING j.id
 """
 
 
-def _reap_postgresql(
-    *, condition: str, cutoff: datetime, now: datetime, note: str
-) -> list[ReapedJob]:
-    config = get_config()
-    params = {
-        "cutoff": cutoff,
-        "now": now,
-        "cap": config.backoff_cap_seconds,
-        "base": config.backoff_base_seconds,
-        "jitter": config.backoff_jitter,
-        "note": note,
-    }
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_REAP_SQL.format(condition=condition), params)
-        rows = cursor.fetchall()
-    return sorted(
-        (
-            ReapedJob(
-                id=pk,
-                kind=kind,
-                attempts=attempts,
-                max_attempts=maximum,
-                locked_by=locked_by,
-                status=status,
-                run_after=run_after if status == Status.QUEUED else None,
-            )
-            for pk, kind, attempts, maximum, locked_by, status, run_after in rows
-        ),
-        key=lambda job: job.id,
-    )
-
-
-def _reap_generic(*, stale: QuerySet[Job], now: datetime, note: str) -> list[ReapedJob]:
-    """Backends without row locks (SQLite): the IMMEDIATE transaction holds the only write
-    lock from BEGIN, so select-then-update inside it is as atomic as the single UPDATE."""
-    reaped = []
+def _reap(*, stale: QuerySet[Job], now: datetime) -> list[ReapedJob]:
+    note = f"reaped at {now:%Y-%m-%d %H:%M:%S} UTC: lease expired, worker "
     with transaction.atomic():
-        for row in stale.order_by("id"):
-            heartbeat = f"{row.heartbeat_at:%Y-%m-%d %H:%M:%S}" if row.heartbeat_at else "never"
-            fields: dict[str, Any] = {
-                "locked_by": "",
-                "lease_expires_at": None,
-                "last_error": f"{note}{row.locked_by} stopped heartbeating "
-                f"(last heartbeat {heartbeat} UTC)",
-            }
-            if row.attempts >= row.max_attempts:
-                fields.update(status=Status.FAILED, failed_at=now)
-            else:
-                fields.update(
-                    status=Status.QUEUED,
-                    run_after=now + timedelta(seconds=retry_delay(row.attempts)),
-                )
-            Job.objects.filter(pk=row.pk, status=Status.PROCESSING).update(**fields)
-            reaped.append(
-                ReapedJob.of(row, status=fields["status"], run_after=fields.get("run_after"))
+        rows = list(
+            stale.select_for_update(skip_locked=True).values_list(
+                "id", "kind", "attempts", "max_attempts", "locked_by", "heartbeat_at"
             )
-    return reaped
+        )
+        if not rows:
+            return []
+        planned, errors = [], []
+        for pk, kind, attempts, maximum, locked_by, heartbeat_at in rows:
+            exhausted = attempts >= maximum
+            heartbeat = f"{heartbeat_at:%Y-%m-%d %H:%M:%S}" if heartbeat_at else "never"
+            errors.append(
+                f"{note}{locked_by} stopped heartbeating (last heartbeat {heartbeat} UTC)"
+            )
+            planned.append(
+                ReapedJob(
+                    id=pk,
+                    kind=kind,
+                    attempts=attempts,
+                    max_attempts=maximum,
+                    locked_by=locked_by,
+                    status=Status.FAILED if exhausted else Status.QUEUED,
+                    run_after=None if exhausted else now + timedelta(seconds=retry_delay(attempts)),
+                )
+            )
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _REAP_UPDATE_SQL,
+                [
+                    [job.id for job in planned],
+                    [job.status for job in planned],
+                    [now if job.status == Status.FAILED else None for job in planned],
+                    [job.run_after for job in planned],
+                    errors,
+                ],
+            )
+            updated = {row[0] for row in cursor.fetchall()}
+    return [job for job in planned if job.id in updated]

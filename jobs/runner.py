@@ -73,26 +73,25 @@ def run_pending(
     heartbeat = _Heartbeat(summary.worker)
     heartbeat.start()
     try:
-        with services.drain_scope():
-            while stop is None or not stop.is_set():
-                # Before every job, not only before a claim: a batch of slow handlers must
-                # not run the drain past django-q2's timeout (which kills it, and the reaper
-                # would then charge each unstarted claim an attempt). What is left is
-                # released below and picked up by the next drain.
-                if max_seconds is not None and time.monotonic() - started >= max_seconds:
+        while stop is None or not stop.is_set():
+            # Before every job, not only before a claim: a batch of slow handlers must
+            # not run the drain past django-q2's timeout (which kills it, and the reaper
+            # would then charge each unstarted claim an attempt). What is left is
+            # released below and picked up by the next drain.
+            if max_seconds is not None and time.monotonic() - started >= max_seconds:
+                summary.budget_exhausted = True
+                break
+            if not pending:
+                remaining = None if limit is None else limit - summary.claimed
+                if remaining is not None and remaining <= 0:
                     summary.budget_exhausted = True
                     break
+                size = batch_size if remaining is None else min(batch_size, remaining)
+                pending.extend(services.job_claim_batch(worker=summary.worker, limit=size))
+                summary.claimed += len(pending)
                 if not pending:
-                    remaining = None if limit is None else limit - summary.claimed
-                    if remaining is not None and remaining <= 0:
-                        summary.budget_exhausted = True
-                        break
-                    size = batch_size if remaining is None else min(batch_size, remaining)
-                    pending.extend(services.job_claim_batch(worker=summary.worker, limit=size))
-                    summary.claimed += len(pending)
-                    if not pending:
-                        break
-                _run_one(pending.popleft(), summary)
+                    break
+            _run_one(pending.popleft(), summary)
     finally:
         heartbeat.stop()
         if pending:  # deadline, stop request, interrupt or database error: give them back

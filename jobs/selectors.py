@@ -1,8 +1,12 @@
-"""Reads of the Job table that more than one entry point needs."""
+"""Reads of the Job table that more than one entry point needs (admin, reaper, worker_status,
+the health page, /metrics): each rule about what a job's state means lives here once."""
 
 from __future__ import annotations
 
-from django.db.models import Count
+from datetime import datetime
+
+from django.db.models import Count, QuerySet
+from django.db.models.functions import TruncMinute
 
 from jobs.models import Job
 
@@ -11,3 +15,48 @@ def job_status_counts() -> dict[str, int]:
     """Rows per status, every status present (zero if none): one GROUP BY."""
     counts = dict(Job.objects.values_list("status").annotate(n=Count("id")).order_by())
     return {status: counts.get(status, 0) for status in Job.Status.values}
+
+
+def job_counts_by_kind() -> dict[str, dict[str, int]]:
+    """{kind: {status: rows}} for the statuses a kind has rows in, kinds in name order."""
+    by_kind: dict[str, dict[str, int]] = {}
+    rows = Job.objects.values("kind", "status").annotate(n=Count("id")).order_by("kind", "status")
+    for row in rows:
+        by_kind.setdefault(row["kind"], {})[row["status"]] = row["n"]
+    return by_kind
+
+
+def jobs_due(*, now: datetime) -> QuerySet[Job]:
+    """Queued rows whose time has come: what the runner should be working through."""
+    return Job.objects.filter(status=Job.Status.QUEUED, run_after__lte=now)
+
+
+def job_oldest_due(*, now: datetime) -> Job | None:
+    """The due row that has waited longest (only id, kind, run_after loaded), or None."""
+    return jobs_due(now=now).order_by("run_after", "id").only("id", "kind", "run_after").first()
+
+
+def jobs_stuck(*, now: datetime) -> QuerySet[Job]:
+    """Rows in `processing` whose lease expired: their worker stopped heartbeating (I4), so
+    the reaper reclaims them. Served by the partial index jobs_job_lease_idx."""
+    return Job.objects.filter(status=Job.Status.PROCESSING, lease_expires_at__lt=now)
+
+
+def jobs_finished_per_minute(*, since: datetime) -> dict[str, dict[datetime, int]]:
+    """Jobs completed and failed for good per minute since `since` (UTC minute starts).
+
+    A retried attempt is not a failure here: only rows that reached `failed` (failed_at) count.
+    Completed rows older than JOBS_RETENTION_DAYS are pruned, which never reaches a 24 h window.
+    """
+    series: dict[str, dict[datetime, int]] = {}
+    columns = ((Job.Status.COMPLETED, "completed_at"), (Job.Status.FAILED, "failed_at"))
+    for status, column in columns:
+        rows = (
+            Job.objects.filter(status=status, **{f"{column}__gte": since})
+            .annotate(minute=TruncMinute(column))
+            .values("minute")
+            .annotate(n=Count("id"))
+            .order_by("minute")
+        )
+        series[status] = {row["minute"]: row["n"] for row in rows}
+    return series

@@ -14,7 +14,6 @@ import logging
 import os
 import secrets
 import socket
-import threading
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -34,14 +33,9 @@ logger = logging.getLogger(__name__)
 
 Status = Job.Status
 LAST_ERROR_MAX_CHARS = 8000
-WAKE_TASK = "jobs.tasks.run_due_jobs"
-
-# Set while this thread drains jobs: a job enqueued by a handler is picked up by that same
-# drain, so it must not queue another wake-up (which in django-q2's sync mode would recurse).
-_draining = threading.local()
 
 
-# --- enqueue and wake-up ----------------------------------------------------------------------
+# --- enqueue ----------------------------------------------------------------------------------
 
 
 def enqueue(
@@ -54,8 +48,9 @@ def enqueue(
 ) -> Job:
     """Insert a queued job in the caller's transaction; it is visible when the caller commits.
 
-    The qcluster is woken on commit (see `_schedule_wake`); a rolled-back transaction takes
-    both the row and the wake-up with it, so the job never runs.
+    The table's trigger wakes the qcluster at commit (jobs/wakeup.py), as it does for a row
+    any other producer inserts; a rolled-back transaction takes both the row and the
+    notification with it, so the job never runs.
     """
     if payload is None:
         payload = {}
@@ -74,8 +69,6 @@ def enqueue(
         run_after=run_after or now,
         created_at=now,
     )
-    if job.run_after <= now + timedelta(seconds=1):
-        _schedule_wake()
     logger.debug(
         "job enqueued: #%s %s",
         job.pk,
@@ -83,27 +76,6 @@ def enqueue(
         extra={"action": "job_enqueued", "job_id": job.pk, "kind": kind},
     )
     return job
-
-
-def _schedule_wake() -> None:
-    """Ask the qcluster to drain jobs right after the current transaction commits.
-
-    One wake-up per transaction (a bulk enqueue of thousands of rows sends one), none when
-    the transaction rolls back, none from inside a drain (that drain picks the job up).
-    A duplicate wake-up is harmless: the drain claims with SKIP LOCKED and finds nothing.
-    """
-    if not get_config().wake_on_commit or getattr(_draining, "active", False):
-        return
-    conn = transaction.get_connection()
-    if conn.in_atomic_block and any(entry[1] is _wake for entry in conn.run_on_commit):
-        return
-    transaction.on_commit(_wake, robust=True)
-
-
-def _wake() -> None:
-    from django_q.tasks import async_task
-
-    async_task(WAKE_TASK, task_name=f"jobs wake-up {secrets.token_hex(4)}")
 
 
 # --- claim, complete, fail (the runner's operations) -----------------------------------------
@@ -126,43 +98,18 @@ def new_worker_id() -> str:
 def job_claim_batch(*, worker: str, limit: int) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs for `worker` in one short transaction and count the attempt.
 
-    PostgreSQL: one `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so
-    concurrent workers never wait for or take each other's rows. Elsewhere (SQLite, which
-    has neither row locks nor SKIP LOCKED) the same claim in two ORM statements: the
-    transaction takes the database's single write lock at BEGIN (IMMEDIATE mode), which
-    serialises claims just as well.
+    One `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so concurrent workers
+    never wait for or take each other's rows.
     """
     now = timezone.now()
     lease_expires_at = now + timedelta(seconds=get_config().lease_seconds)
-    if connection.vendor == "postgresql":
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(_CLAIM_SQL, [now, limit, now, now, lease_expires_at, worker])
-            rows = cursor.fetchall()
-        rows.sort(key=lambda row: (-row[5], row[6], row[0]))
-        return [
-            ClaimedJob(id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=m)
-            for pk, kind, payload, attempts, m, _priority, _run_after in rows
-        ]
-    with transaction.atomic():
-        due = Job.objects.filter(
-            status=Status.QUEUED, run_after__lte=now, attempts__lt=F("max_attempts")
-        ).order_by("-priority", "run_after", "id")
-        if connection.features.has_select_for_update_skip_locked:
-            due = due.select_for_update(skip_locked=True)
-        rows = list(due.values_list("id", "kind", "payload", "attempts", "max_attempts")[:limit])
-        if not rows:
-            return []
-        Job.objects.filter(pk__in=[row[0] for row in rows]).update(
-            status=Status.PROCESSING,
-            attempts=F("attempts") + 1,
-            started_at=now,
-            heartbeat_at=now,
-            lease_expires_at=lease_expires_at,
-            locked_by=worker,
-        )
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, [now, limit, now, now, lease_expires_at, worker])
+        rows = cursor.fetchall()
+    rows.sort(key=lambda row: (-row[5], row[6], row[0]))
     return [
-        ClaimedJob(id=pk, kind=kind, payload=payload, attempts=attempts + 1, max_attempts=maximum)
-        for pk, kind, payload, attempts, maximum in rows
+        ClaimedJob(id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=m)
+        for pk, kind, payload, attempts, m, _priority, _run_after in rows
     ]
 
 
@@ -280,20 +227,6 @@ def format_error(exc: BaseException) -> str:
     return text
 
 
-def drain_scope():
-    """Context manager marking this thread as draining (see `_draining`)."""
-    return _DrainScope()
-
-
-class _DrainScope:
-    def __enter__(self) -> None:
-        self.previous = getattr(_draining, "active", False)
-        _draining.active = True
-
-    def __exit__(self, *exc_info: object) -> None:
-        _draining.active = self.previous
-
-
 # --- operator actions (admin, commands) -------------------------------------------------------
 
 
@@ -311,8 +244,6 @@ def jobs_retry_now(*, jobs: QuerySet[Job]) -> int:
             cancelled_at=None,
             max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
         )
-        if count:
-            _schedule_wake()
     logger.info("jobs retried now: %s", count, extra={"action": "jobs_retry_now"})
     return count
 

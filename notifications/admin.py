@@ -9,6 +9,8 @@ from django.http import HttpRequest
 from notifications import services
 from notifications.exceptions import NotificationError
 from notifications.models import EmailNotification, NotificationPreference, Proposal
+from notifications.selectors import notifications_stuck_sending
+from project.admin import SelectorFilter
 
 
 @admin.register(Proposal)
@@ -23,10 +25,19 @@ class ProposalAdmin(admin.ModelAdmin):
         return False
 
 
+class NotificationHealthFilter(SelectorFilter):
+    choices_by_value = {
+        "stuck_sending": (
+            "Stuck in sending",
+            lambda now: notifications_stuck_sending(now=now),
+        ),
+    }
+
+
 @admin.register(EmailNotification)
 class EmailNotificationAdmin(admin.ModelAdmin):
     list_display = ("id", "kind", "status", "user", "proposal", "attempts", "sent_at", "expires_at")
-    list_filter = ("status", "kind", "failure_reason")
+    list_filter = ("status", "kind", "failure_reason", NotificationHealthFilter)
     list_select_related = ("user", "proposal")
     search_fields = ("ses_message_id",)
     date_hierarchy = "created_at"

@@ -7,13 +7,14 @@ queries for reading and never N+1.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
+from notifications.conf import get_config
 from notifications.models import EmailNotification, NotificationPreference, Proposal
 
 Kind = EmailNotification.Kind
@@ -144,3 +145,16 @@ def notification_is_open_for_replies(*, notification: _ReplyWindow, now: datetim
     return not notification_has_expired(notification=notification, now=now) and (
         notification.status in (Status.SENT, Status.RESPONDED)
     )
+
+
+def notification_status_counts() -> dict[str, int]:
+    """Notification rows per status, only the statuses that have rows, in name order."""
+    rows = EmailNotification.objects.values("status").annotate(n=Count("id")).order_by("status")
+    return {row["status"]: row["n"] for row in rows}
+
+
+def notifications_stuck_sending(*, now: datetime) -> QuerySet[EmailNotification]:
+    """Rows left `sending` past NOTIFICATION_CLAIM_TIMEOUT_SECONDS: their worker crashed
+    between the claim and SES (or the sweeps stopped), and the reconciler hands them back."""
+    cutoff = now - timedelta(seconds=get_config().claim_timeout_seconds)
+    return EmailNotification.objects.filter(status=Status.SENDING, claimed_at__lt=cutoff)

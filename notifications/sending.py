@@ -17,6 +17,7 @@ from django.db.models import F, Q
 from jobs.backoff import retry_delay as backoff_delay
 from notifications.conf import get_config
 from notifications.models import EmailNotification
+from notifications.selectors import notifications_stuck_sending
 
 logger = logging.getLogger(__name__)
 
@@ -161,8 +162,7 @@ def notification_reconcile_stale_claims(*, kind: str | None, now: datetime) -> i
     attempts are spent (it crashed the sender every time) is marked failed instead.
     """
     config = get_config()
-    cutoff = now - timedelta(seconds=config.claim_timeout_seconds)
-    stale = EmailNotification.objects.filter(status=Status.SENDING, claimed_at__lt=cutoff)
+    stale = notifications_stuck_sending(now=now)
     if kind is not None:
         stale = stale.filter(kind=kind)
     spent = Q(attempts__gte=config.send_max_attempts)

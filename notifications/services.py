@@ -27,11 +27,6 @@ MISSED_THRESHOLD = 3  # consecutive expired review requests that step a user one
 LADDER: tuple[str, ...] = (Rung.IMMEDIATE, Rung.DAILY, Rung.WEEKLY, Rung.PAUSED)
 
 
-def next_rung_down(rung: str) -> str:
-    index = LADDER.index(rung)
-    return LADDER[min(index + 1, len(LADDER) - 1)]
-
-
 def notification_mark_responded(
     *, notification_id: int, responded_at: datetime | None = None
 ) -> EmailNotification:
@@ -113,15 +108,31 @@ def notifications_expire(*, notification_ids: Sequence[int], now: datetime) -> i
 
     A row with an accepted reply is answered, even if it is still `sent` (a reply accepted by
     an older release whose relay has not finished): it is never expired; the relay marks it
-    responded.
+    responded. The guard is `_expire_sql()`, shared with review_requests_expire.
     """
-    return (
-        EmailNotification.objects.filter(
-            pk__in=notification_ids, status=Status.SENT, expires_at__lte=now
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"WITH expired AS ({_expire_sql()}) SELECT count(*) FROM expired",
+            {"ids": list(notification_ids), "now": now},
         )
-        .filter(replies__isnull=True)
-        .update(status=Status.EXPIRED, updated_at=now)
-    )
+        return cursor.fetchone()[0]
+
+
+@cache  # built from model metadata once per process
+def _expire_sql() -> str:
+    """The expiry guard, the one place it is written: still `sent`, past expires_at, no
+    accepted reply. An UPDATE … RETURNING id, used as a data-modifying CTE."""
+    notification = EmailNotification._meta
+    reply_fk = notification.get_field("replies").field
+    reply_table = reply_fk.model._meta.db_table
+    # Identifiers come from model metadata and values from our own constants, never from input.
+    return f"""
+        UPDATE {notification.db_table} AS e
+        SET status = '{Status.EXPIRED}', updated_at = %(now)s
+        WHERE e.id = ANY(%(ids)s) AND e.status = '{Status.SENT}' AND e.expires_at <= %(now)s
+          AND NOT EXISTS (SELECT 1 FROM {reply_table} AS r WHERE r.{reply_fk.column} = e.id)
+        RETURNING e.id
+    """
 
 
 def _log_rung_down(*, user_id: int, from_rung: str, to_rung: str) -> None:
@@ -140,34 +151,6 @@ def _log_rung_down(*, user_id: int, from_rung: str, to_rung: str) -> None:
     )
 
 
-def preference_record_missed(
-    *, user_id: int, missed: int, now: datetime
-) -> tuple[NotificationPreference, bool]:
-    """Count `missed` unanswered review requests; at MISSED_THRESHOLD step one rung down.
-
-    Returns the preference and whether it stepped down. The row is locked so two sweeps
-    counting for the same user add up instead of overwriting each other.
-    """
-    preference = NotificationPreference.objects.select_for_update().filter(user_id=user_id).first()
-    if preference is None:  # first miss of a user on the defaults: inserted below (a racing
-        # insert fails the caller's savepoint, and the expiry is simply retried next cycle)
-        preference = NotificationPreference(user_id=user_id)
-    preference.consecutive_missed += missed
-    stepped_down = False
-    if preference.consecutive_missed >= MISSED_THRESHOLD and preference.rung != Rung.PAUSED:
-        old_rung = preference.rung
-        preference.rung = next_rung_down(old_rung)
-        preference.consecutive_missed = 0
-        preference.downgraded_at = now
-        stepped_down = True
-        _log_rung_down(user_id=user_id, from_rung=old_rung, to_rung=preference.rung)
-    if preference.pk is None:
-        preference.save()
-    else:
-        preference.save(update_fields=["consecutive_missed", "rung", "downgraded_at", "updated_at"])
-    return preference, stepped_down
-
-
 @dataclass(frozen=True)
 class ReviewExpiry:
     """What expiring a user's overdue review requests did."""
@@ -182,31 +165,20 @@ def review_requests_expire(
 ) -> ReviewExpiry:
     """Expire the user's overdue review requests and count each as a miss on the ladder (I13).
 
-    The same guards as notifications_expire (still `sent`, past expires_at, no reply) and the
-    same ladder as preference_record_missed. On PostgreSQL both happen in one statement (the
-    sweep's expiry cycle stays within 5 queries per user); elsewhere (the embedded SQLite
-    default) in the two ORM steps. Runs in the caller's transaction (the user's savepoint).
+    The guard of notifications_expire (`_expire_sql`) and the ladder (`_ladder_sql`: each miss
+    adds one; reaching MISSED_THRESHOLD steps one rung down and resets the count; `paused` is
+    the bottom) in one statement, so the sweep's expiry cycle stays within 5 queries per
+    user. Runs in the caller's transaction (the user's savepoint).
     """
-    if connection.vendor == "postgresql":
-        return _review_requests_expire_upsert(
-            user_id=user_id, notification_ids=notification_ids, now=now
-        )
-    return _review_requests_expire_orm(user_id=user_id, notification_ids=notification_ids, now=now)
-
-
-def _review_requests_expire_orm(
-    *, user_id: int, notification_ids: Sequence[int], now: datetime
-) -> ReviewExpiry:
-    expired = notifications_expire(notification_ids=notification_ids, now=now)
-    if not expired:
-        return ReviewExpiry(expired=0, rung=None, stepped_down=False)
-    preference, stepped_down = preference_record_missed(user_id=user_id, missed=expired, now=now)
-    return ReviewExpiry(expired=expired, rung=preference.rung, stepped_down=stepped_down)
+    return _review_requests_expire_upsert(
+        user_id=user_id, notification_ids=notification_ids, now=now
+    )
 
 
 def _ladder_sql(rung: str, count: str, downgraded_at: str) -> tuple[str, str, str]:
     """SQL for the new (rung, consecutive_missed, downgraded_at) from the old rung and count
-    expressions, `m.n` misses: preference_record_missed's rule, one rung per call."""
+    expressions, `m.n` misses: the missed-reply ladder (I13), the one place it is written;
+    one rung per call."""
     steps = " ".join(f"WHEN '{a}' THEN '{b}'" for a, b in zip(LADDER, LADDER[1:], strict=False))
     step = f"({rung} <> '{Rung.PAUSED}' AND {count} + m.n >= {MISSED_THRESHOLD})"
     return (
@@ -218,9 +190,6 @@ def _ladder_sql(rung: str, count: str, downgraded_at: str) -> tuple[str, str, st
 
 @cache  # built from model metadata once per process
 def _expire_upsert_sql() -> str:
-    notification = EmailNotification._meta
-    reply_fk = notification.get_field("replies").field
-    reply_table = reply_fk.model._meta.db_table
     preference = NotificationPreference._meta.db_table
     new_rung, new_count, new_downgraded = _ladder_sql(
         f"'{Rung.IMMEDIATE}'", "0", "NULL::timestamptz"
@@ -230,15 +199,7 @@ def _expire_upsert_sql() -> str:
     )
     # Identifiers come from model metadata and values from our own constants, never from input.
     return f"""
-        WITH expired AS (
-            UPDATE {notification.db_table} AS e
-            SET status = '{Status.EXPIRED}', updated_at = %(now)s
-            WHERE e.id = ANY(%(ids)s) AND e.status = '{Status.SENT}' AND e.expires_at <= %(now)s
-              AND NOT EXISTS (
-                  SELECT 1 FROM {reply_table} AS r WHERE r.{reply_fk.column} = e.id
-              )
-            RETURNING e.id
-        ), m AS (SELECT count(*)::integer AS n FROM expired)
+        WITH expired AS ({_expire_sql()}), m AS (SELECT count(*)::integer AS n FROM expired)
         INSERT INTO {preference} AS p
             (user_id, rung, consecutive_missed, downgraded_at, updated_at)
         SELECT %(user_id)s, {new_rung}, {new_count},
@@ -257,9 +218,9 @@ def _review_requests_expire_upsert(
     *, user_id: int, notification_ids: Sequence[int], now: datetime
 ) -> ReviewExpiry:
     """One statement: the guarded expire UPDATE (a data-modifying CTE) feeds the missed count
-    into an upsert of the preference. The upsert locks the preference row like
-    preference_record_missed's SELECT … FOR UPDATE (two sweeps add up) and creates it for a
-    user still on the defaults (a racing insert becomes an update instead of an error).
+    into an upsert of the preference. The upsert locks the preference row (two sweeps add
+    up) and creates it for a user still on the defaults (a racing insert becomes an update
+    instead of an error).
 
     PostgreSQL < 18 cannot return the old row, so the step-down is read off the new one: a
     step resets the count to 0, while without a step the count grows by the (> 0) misses; the

@@ -74,11 +74,8 @@ def _sweep_lock(kind: str) -> Iterator[bool]:
 
     django-q2 enqueues a schedule again when its interval passes even if the last run is
     still going; two runs of one sweep would only collide on the unique constraints (and log
-    an error per user), so the second simply yields. SQLite has one writer anyway.
+    an error per user), so the second simply yields.
     """
-    if connection.vendor != "postgresql":
-        yield True
-        return
     key = zlib.crc32(f"notifications.sweep.{kind}".encode())
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])

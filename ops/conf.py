@@ -24,12 +24,30 @@ CONSOLE_EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 class Config:
     var_dir: Path  # WORKER_VAR_DIR: where the demo writes its mail when email is console
     email_backend: str  # Django's EMAIL_BACKEND (the demo swaps console for files)
+    cluster_workers: int  # Q_CLUSTER["workers"]: django-q2 worker processes per cluster
+    db_is_embedded: bool  # DB_IS_EMBEDDED: DATABASE_URL unset, the embedded PostgreSQL
+    metrics_token: str  # METRICS_TOKEN: bearer token of /metrics; empty: the endpoint is off
 
 
 def _str(name: str, default: str) -> str:
     value = getattr(settings, name, default)
     if not isinstance(value, str) or not value:
         raise ImproperlyConfigured(f"{name}={value!r} must be a non-empty string")
+    return value
+
+
+def _workers(cluster: Any) -> int:
+    workers = cluster.get("workers") if isinstance(cluster, dict) else None
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ImproperlyConfigured(
+            f"Q_CLUSTER['workers']={workers!r} (from Q_WORKERS) must be >= 1"
+        )
+    return workers
+
+
+def _token(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ImproperlyConfigured(f"METRICS_TOKEN={type(value).__name__} must be a string")
     return value
 
 
@@ -41,6 +59,9 @@ def get_config() -> Config:
     return Config(
         var_dir=Path(var_dir),
         email_backend=_str("EMAIL_BACKEND", CONSOLE_EMAIL_BACKEND),
+        cluster_workers=_workers(getattr(settings, "Q_CLUSTER", {})),
+        db_is_embedded=bool(getattr(settings, "DB_IS_EMBEDDED", False)),
+        metrics_token=_token(getattr(settings, "METRICS_TOKEN", "")),
     )
 
 

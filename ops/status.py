@@ -1,33 +1,42 @@
-"""What an operator needs to see at a glance, read from every app's tables.
+"""What an operator needs to see at a glance, read from every app's selectors.
 
-Only reads (selectors). `worker_status` prints it; `needs_operator` lists the findings that
-should page somebody, which the command turns into a non-zero exit code for monitoring.
+Only reads, and no rule of its own about what a row's state means: "stuck", "due", "stale
+sending", "needs an operator" are each decided once in the owning app's selectors module.
+What is decided here is the alert policy: which findings page somebody. `worker_status`
+prints it, the admin's health page shows it, `/metrics` exports it.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime
 from typing import Any
 
-from django.conf import settings
-from django.db.models import Count
+from django.db import connection
 from django.utils import timezone
 
-from canonical_ids.models import WriterSlotLease
-from inbound_email.models import InboundEmail, Reply
+from canonical_ids.selectors import leases_live
+from inbound_email.models import InboundEmail
+from inbound_email.selectors import (
+    RELAY_STUCK_AFTER,
+    inbound_relays_stuck,
+    inbound_status_counts,
+    replies_needing_operator,
+)
 from jobs.models import Job
-from notifications.models import EmailNotification
+from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
+from notifications.selectors import notification_status_counts, notifications_stuck_sending
+from ops.conf import get_config
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
 BACKLOG_ALERT_SECONDS = 300
-# A mail awaiting its instruction relay this long means the relay is stuck (retries spent
-# their budget long before, or the relay jobs do not run).
-RELAY_STUCK_ALERT = timedelta(hours=24)
+# Stuck rows listed in full (the count covers them all).
+STUCK_JOBS_LISTED = 50
 
 
 @dataclass
 class WorkerStatus:
+    database: dict[str, Any] = field(default_factory=dict)
     jobs_by_status: dict[str, int] = field(default_factory=dict)
     jobs_by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
     oldest_due_job: dict[str, Any] | None = None
@@ -40,40 +49,71 @@ class WorkerStatus:
     notifications_stuck_sending: int = 0
     leases: list[dict[str, Any]] = field(default_factory=list)
     needs_operator: list[str] = field(default_factory=list)
+    # Not part of the report (as_dict): the total behind the listed stuck rows, and the moment
+    # every figure was read at, for the views that show more than the command prints.
+    stuck_jobs_total: int = field(default=0, repr=False)
+    now: datetime | None = field(default=None, repr=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        report = asdict(self)
+        del report["stuck_jobs_total"], report["now"]
+        return report
 
 
-def _counts(queryset, key: str) -> dict[str, int]:
+def worker_status(*, now: datetime | None = None) -> WorkerStatus:
+    now = now or timezone.now()
+    status = WorkerStatus(now=now, database=database_info())
+    _jobs(status, now)
+    _inbound(status, now)
+    _notifications(status, now)
+    status.leases = [
+        {
+            "slot": lease.slot,
+            "role": lease.role,
+            "holder": f"{lease.holder_host}:{lease.holder_pid}",
+            "acquired_at": lease.acquired_at.isoformat() if lease.acquired_at else None,
+            "expires_at": lease.expires_at.isoformat(),
+        }
+        for lease in leases_live(now=now)
+    ]
+    return status
+
+
+def database_info() -> dict[str, Any]:
+    """Which database this process uses: engine, server version, where (no password), and
+    whether it is the embedded server under WORKER_VAR_DIR/pg."""
+    params = connection.settings_dict
+    host = params.get("HOST") or "localhost"
+    where = host if host.startswith("/") else f"{host}:{params.get('PORT') or 5432}"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        version = cursor.fetchone()[0]
     return {
-        row[key]: row["n"] for row in queryset.values(key).annotate(n=Count("id")).order_by(key)
+        "engine": connection.vendor,
+        "server_version": version,
+        "embedded": get_config().db_is_embedded,
+        "where": f"{where}/{params['NAME']}",
     }
 
 
-def worker_status() -> WorkerStatus:
-    now = timezone.now()
-    status = WorkerStatus()
-
-    status.jobs_by_status = _counts(Job.objects.all(), "status")
-    for row in Job.objects.values("kind", "status").annotate(n=Count("id")).order_by("kind"):
-        status.jobs_by_kind.setdefault(row["kind"], {})[row["status"]] = row["n"]
-    due = Job.objects.filter(status=Job.Status.QUEUED, run_after__lte=now)
-    oldest = due.order_by("run_after", "id").values("id", "kind", "run_after").first()
+def _jobs(status: WorkerStatus, now: datetime) -> None:
+    status.jobs_by_status = {key: n for key, n in sorted(job_status_counts().items()) if n}
+    status.jobs_by_kind = job_counts_by_kind()
+    oldest = job_oldest_due(now=now)
     if oldest:
-        waited = (now - oldest["run_after"]).total_seconds()
+        waited = (now - oldest.run_after).total_seconds()
         status.oldest_due_job = {
-            "id": oldest["id"],
-            "kind": oldest["kind"],
-            "due_since": oldest["run_after"].isoformat(),
+            "id": oldest.pk,
+            "kind": oldest.kind,
+            "due_since": oldest.run_after.isoformat(),
             "waiting_seconds": round(waited, 1),
         }
         if waited > BACKLOG_ALERT_SECONDS:
             status.needs_operator.append(
-                f"job #{oldest['id']} ({oldest['kind']}) has been due for {waited:.0f}s: "
+                f"job #{oldest.pk} ({oldest.kind}) has been due for {waited:.0f}s: "
                 "is the qcluster running?"
             )
-    stuck = Job.objects.filter(status=Job.Status.PROCESSING, lease_expires_at__lt=now)
+    stuck = jobs_stuck(now=now)
     status.stuck_jobs = [
         {
             "id": row["id"],
@@ -83,11 +123,12 @@ def worker_status() -> WorkerStatus:
         }
         for row in stuck.order_by("lease_expires_at").values(
             "id", "kind", "locked_by", "lease_expires_at"
-        )[:50]
+        )[:STUCK_JOBS_LISTED]
     ]
     if status.stuck_jobs:
+        status.stuck_jobs_total = stuck.count()
         status.needs_operator.append(
-            f"{stuck.count()} job(s) stuck in processing past their lease: run "
+            f"{status.stuck_jobs_total} job(s) stuck in processing past their lease: run "
             "`manage.py reap_stale` (or check that the reaper schedule runs)"
         )
     failed_jobs = status.jobs_by_status.get(Job.Status.FAILED, 0)
@@ -96,51 +137,36 @@ def worker_status() -> WorkerStatus:
             f"{failed_jobs} job(s) failed permanently: retry or cancel them in the admin"
         )
 
-    status.inbound_by_status = _counts(InboundEmail.objects.all(), "status")
+
+def _inbound(status: WorkerStatus, now: datetime) -> None:
+    status.inbound_by_status = inbound_status_counts()
     status.quarantined_mail = status.inbound_by_status.get(InboundEmail.Status.QUARANTINED, 0)
     if status.quarantined_mail:
         status.needs_operator.append(
             f"{status.quarantined_mail} quarantined mail(s): view, reprocess or discard them "
             "in the admin"
         )
-    status.instructions_needing_operator = Reply.objects.filter(
-        needs_operator=True, operator_acknowledged_at__isnull=True
-    ).count()
+    status.instructions_needing_operator = replies_needing_operator().count()
     if status.instructions_needing_operator:
         status.needs_operator.append(
             f"{status.instructions_needing_operator} PI instruction(s) could not be posted to "
             "Slack and wait in the database inbox: handle them, then acknowledge them in the "
             "admin (Replies)"
         )
-    status.instruction_relays_stuck = InboundEmail.objects.filter(
-        status=InboundEmail.Status.AWAITING_RELAY, updated_at__lt=now - RELAY_STUCK_ALERT
-    ).count()
+    status.instruction_relays_stuck = inbound_relays_stuck(now=now).count()
     if status.instruction_relays_stuck:
         status.needs_operator.append(
             f"{status.instruction_relays_stuck} instruction relay(s) stuck: mail awaiting "
-            f"relay for over {RELAY_STUCK_ALERT.total_seconds() / 3600:.0f} h (check the "
+            f"relay for over {RELAY_STUCK_AFTER.total_seconds() / 3600:.0f} h (check the "
             "relay jobs and the pending Replies in the admin)"
         )
 
-    status.notifications_by_status = _counts(EmailNotification.objects.all(), "status")
-    claim_timeout = timedelta(seconds=settings.NOTIFICATION_CLAIM_TIMEOUT_SECONDS)
-    status.notifications_stuck_sending = EmailNotification.objects.filter(
-        status=EmailNotification.Status.SENDING, claimed_at__lt=now - claim_timeout
-    ).count()
+
+def _notifications(status: WorkerStatus, now: datetime) -> None:
+    status.notifications_by_status = notification_status_counts()
+    status.notifications_stuck_sending = notifications_stuck_sending(now=now).count()
     if status.notifications_stuck_sending:
         status.needs_operator.append(
             f"{status.notifications_stuck_sending} notification(s) stuck in sending: "
             "is the sweep schedule running?"
         )
-
-    status.leases = [
-        {
-            "slot": lease.slot,
-            "role": lease.role,
-            "holder": f"{lease.holder_host}:{lease.holder_pid}",
-            "acquired_at": lease.acquired_at.isoformat() if lease.acquired_at else None,
-            "expires_at": lease.expires_at.isoformat(),
-        }
-        for lease in WriterSlotLease.objects.filter(expires_at__gt=now).order_by("slot")
-    ]
-    return status

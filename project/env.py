@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
@@ -68,9 +69,11 @@ def env_db(name: str, default: str) -> dict[str, Any]:
         config = env.db_url(name, default=default)
         if "." not in config["ENGINE"]:
             raise ValueError(f"unknown scheme {config['ENGINE']!r}")
+        # A Unix-socket folder travels %-encoded in the host part (postgres://u@%2Fvar%2Fpg/db).
+        config["HOST"] = unquote(config.get("HOST") or "")
         return config
     except (ValueError, KeyError, ImproperlyConfigured) as exc:
         raise ImproperlyConfigured(
             f"Environment variable {name} is not a valid database URL "
-            f"(e.g. postgres://user:pass@host:5432/dbname or sqlite:////abs/path.sqlite3): {exc}"
+            f"(e.g. postgres://user:pass@host:5432/dbname): {exc}"
         ) from exc

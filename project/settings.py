@@ -1,7 +1,8 @@
 """Settings of the worker, read from the environment (12-factor).
 
-Every value has a default that runs with no server: an embedded SQLite file, a
-local mail folder, Django's console email backend and Slack off. Production sets
+Every value has a default that needs no other service: the embedded PostgreSQL under
+var/pg (started by scripts/run-worker), a local mail folder, Django's console email backend
+and Slack off. Production sets
 DATABASE_URL (PostgreSQL), INBOUND_EMAIL_STORE=s3://..., EMAIL_SENDER=ses and
 SLACK_BOT_TOKEN. Each app owns one section below; keep settings of an app there.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from project import embedded_pg
 from project.env import env_bool, env_db, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -78,24 +80,19 @@ TEMPLATES = [
 ]
 
 # --- database -----------------------------------------------------------------------------------
-DEFAULT_SQLITE_PATH = VAR_DIR / "worker.sqlite3"
-DATABASES = {"default": env_db("DATABASE_URL", f"sqlite:///{DEFAULT_SQLITE_PATH}")}
+# PostgreSQL only. Without DATABASE_URL: the embedded server (project/embedded_pg.py) under
+# VAR_DIR/pg, reached through its Unix socket; scripts/run-worker starts and stops it.
+EMBEDDED_PG_DIR = VAR_DIR / "pg"
+DATABASES = {"default": env_db("DATABASE_URL", embedded_pg.database_url(EMBEDDED_PG_DIR))}
 DB_ENGINE = DATABASES["default"]["ENGINE"]
-IS_SQLITE = DB_ENGINE == "django.db.backends.sqlite3"
-if IS_SQLITE:
-    Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    # One writer at a time: WAL lets readers run beside it, IMMEDIATE takes the write lock at
-    # BEGIN (no upgrade deadlocks), and the timeout makes a second writer wait, not fail.
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {
-            "timeout": 30,
-            "transaction_mode": "IMMEDIATE",
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        }
+if DB_ENGINE != "django.db.backends.postgresql":
+    raise ImproperlyConfigured(
+        f"DATABASE_URL uses {DB_ENGINE}: the worker runs on PostgreSQL only "
+        "(postgres://user:pass@host:5432/db; unset it for the embedded PostgreSQL)"
     )
-else:
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env_int("DB_CONN_MAX_AGE", 0, minimum=0))
-    DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+DB_IS_EMBEDDED = Path(DATABASES["default"]["HOST"] or "-").resolve() == EMBEDDED_PG_DIR.resolve()
+DATABASES["default"].setdefault("CONN_MAX_AGE", env_int("DB_CONN_MAX_AGE", 0, minimum=0))
+DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -133,7 +130,7 @@ LOGGING = {
 # --- django-q2 ----------------------------------------------------------------------------------
 # The Job table is the source of truth; a django-q2 task is only a wake-up, so its own retry
 # (a visibility timeout) must exceed the task timeout and a duplicate wake-up is harmless.
-Q_WORKERS = env_int("Q_WORKERS", 1 if IS_SQLITE else 2, minimum=1)
+Q_WORKERS = env_int("Q_WORKERS", 2, minimum=1)
 Q_TIMEOUT = env_int("Q_TIMEOUT", 300, minimum=1)  # seconds a task may run
 Q_CLUSTER = {
     "name": "worker",
@@ -186,7 +183,6 @@ JOBS_DEFAULT_MAX_ATTEMPTS = env_int("JOBS_DEFAULT_MAX_ATTEMPTS", 5, minimum=1)
 JOBS_CLAIM_BATCH_SIZE = env_int("JOBS_CLAIM_BATCH_SIZE", 20, minimum=1)  # rows per claim query
 JOBS_RETENTION_DAYS = env_float("JOBS_RETENTION_DAYS", 14, minimum=0)  # completed rows kept
 JOBS_EXTRA_HANDLER_MODULES = env_list("JOBS_EXTRA_HANDLER_MODULES", [])  # besides <app>.handlers
-JOBS_WAKE_ON_COMMIT = env_bool("JOBS_WAKE_ON_COMMIT", True)  # async_task a drain on commit
 JOBS_DRAIN_SECONDS = env_float(  # seconds one scheduled/woken drain may claim new batches
     "JOBS_DRAIN_SECONDS", min(60.0, Q_TIMEOUT / 2), minimum=1
 )
@@ -256,3 +252,6 @@ NOTIFICATION_RETRY_MAX_SECONDS = env_int("NOTIFICATION_RETRY_MAX_SECONDS", 3600,
 # A row left `sending` longer than this (seconds) is a crashed claim and goes back to pending.
 NOTIFICATION_CLAIM_TIMEOUT_SECONDS = env_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=60)
 NOTIFICATION_SWEEP_BATCH_SIZE = env_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1)  # users
+# --- ops ----------------------------------------------------------------------------------------
+# Bearer token a Prometheus scrape must send to /metrics; empty = the endpoint answers 404.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")

@@ -11,7 +11,7 @@ STAMP=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$STAMP" ]; then
   echo "Installing the project and its pinned dependencies into .venv (log: .venv/pip.log)" >&2
   if ! { .venv/bin/python -m pip install --upgrade pip \
-         && .venv/bin/python -m pip install -e ".[test]"; } >.venv/pip.log 2>&1; then
+         && .venv/bin/python -m pip install -e ".[test,embedded]"; } >.venv/pip.log 2>&1; then
     tail -30 .venv/pip.log >&2
     echo "pip install failed; see .venv/pip.log" >&2
     exit 1

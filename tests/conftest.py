@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
+pytest_plugins = ["tests.support.browser"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":

@@ -118,21 +118,20 @@ RETURNING attempts
 def _claim(*, inbound_email_id: int, now: datetime) -> tuple[InboundEmail | None, bool]:
     """Lease a due row for this poller; (row, exhausted). Skips rows another poller holds.
 
-    On PostgreSQL the common case is one statement (UPDATE .. WHERE id = (SELECT .. FOR
-    UPDATE SKIP LOCKED) RETURNING), one round trip per mail; the ORM path below handles the
-    rest (spent attempts, SQLite).
+    The claim is one statement (UPDATE .. WHERE id = (SELECT .. FOR UPDATE SKIP LOCKED)
+    RETURNING), one round trip per mail; when it claims nothing, the ORM path below only
+    quarantines a row whose attempts are spent.
     """
     max_attempts = get_config().max_attempts
     lease_until = now + timedelta(seconds=CLAIM_LEASE_SECONDS)
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _CLAIM_SQL.format(table=connection.ops.quote_name(InboundEmail._meta.db_table)),
-                [lease_until, now, inbound_email_id, max_attempts, now],
-            )
-            claimed = cursor.fetchone()
-        if claimed is not None:
-            return InboundEmail(pk=inbound_email_id, attempts=claimed[0]), False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _CLAIM_SQL.format(table=connection.ops.quote_name(InboundEmail._meta.db_table)),
+            [lease_until, now, inbound_email_id, max_attempts, now],
+        )
+        claimed = cursor.fetchone()
+    if claimed is not None:
+        return InboundEmail(pk=inbound_email_id, attempts=claimed[0]), False
     with transaction.atomic():
         row = (
             InboundEmail.objects.select_for_update(skip_locked=True)
@@ -152,10 +151,7 @@ def _claim(*, inbound_email_id: int, now: datetime) -> tuple[InboundEmail | None
                 now=now,
             )
             return row, True
-        row.attempts += 1
-        row.next_attempt_at = lease_until
-        row.save(update_fields=["attempts", "next_attempt_at", "updated_at"])
-        return row, False
+        return None, False  # became due or was released after the claim above: next poll
 
 
 # --- the per-object step --------------------------------------------------------------------

@@ -194,24 +194,3 @@ def test_each_django_q2_worker_process_claims_its_own_slot():
     assert len(slots) == 2 and len(pids) == 2
     assert not slots & {1, 2, 3}
     assert "holds writer slot" in err
-
-
-def test_embedded_sqlite_default_leases_distinct_slots(tmp_path):
-    """On the embedded SQLite default: migrate, then two concurrent minters get two slots."""
-    env = child_env(DATABASE_URL=f"sqlite:///{tmp_path / 'worker.sqlite3'}")
-    migrated = manage_py("migrate", "-v0", env=env)
-    assert migrated.returncode == 0, migrated.stderr
-    start_at = str(time.time() + 4.0)
-    args = ("mint_messages", "--run-id", "lite", "--count", "300", "--start-at", start_at)
-    procs = [spawn_manage_py(*args, "--author", f"p{i}", "--hold", "1", env=env) for i in (0, 1)]
-    reports = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err
-        reports.append(json.loads(out.strip().splitlines()[-1]))
-    assert len({r["slot"] for r in reports}) == 2
-    assert not {r["slot"] for r in reports} & {1, 2, 3}
-    again = manage_py("mint_messages", "--run-id", "lite", "--count", "1", env=env)
-    assert again.returncode == 0, again.stderr
-    after = json.loads(again.stdout.strip().splitlines()[-1])
-    assert after["first_ts"] > max(r["last_ts"] for r in reports if r["slot"] == after["slot"])

@@ -23,7 +23,6 @@ from tests.support.stores import BUCKET, PREFIX
 @pytest.fixture(autouse=True)
 def _inbound_settings(settings, tmp_path):
     stores._default_cache.clear()  # each test has its own store (folder, moto bucket)
-    settings.JOBS_WAKE_ON_COMMIT = False  # tests drain jobs with run_pending()
     settings.SLACK_BOT_TOKEN = ""
     settings.INBOUND_EMAIL_STORE = str(tmp_path / "mail")
     settings.INBOUND_EMAIL_RETRY_BASE_SECONDS = 0

@@ -17,7 +17,7 @@ def test_poll_command_once(folder_store, notification):
     result = manage_py(
         "poll_inbound_email",
         "--once",
-        env=child_env(INBOUND_EMAIL_STORE=str(folder_store.root), JOBS_WAKE_ON_COMMIT="false"),
+        env=child_env(INBOUND_EMAIL_STORE=str(folder_store.root)),
         timeout=60,
     )
     assert result.returncode == 0, result.stderr

@@ -89,7 +89,6 @@ def test_poll_command_against_moto_server_mode(aws_env, notification):
             env=child_env(
                 INBOUND_EMAIL_STORE=f"s3://{BUCKET}/{PREFIX}",
                 AWS_ENDPOINT_URL=endpoint,
-                JOBS_WAKE_ON_COMMIT="false",
             ),
             timeout=60,
         )

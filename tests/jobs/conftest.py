@@ -10,5 +10,4 @@ def worker_env(subprocess_env):
     """Environment of a `manage.py run_jobs` / `reap_stale` child on the test database."""
     env = dict(subprocess_env)
     env["JOBS_EXTRA_HANDLER_MODULES"] = "tests.jobs.handlers"
-    env["JOBS_WAKE_ON_COMMIT"] = "false"
     return env

@@ -1,21 +1,25 @@
-"""enqueue() joins the caller's transaction; the wake-up leaves only after commit."""
+"""enqueue() joins the caller's transaction; the wake-up (the table trigger's NOTIFY) leaves
+only after commit."""
 
 from __future__ import annotations
 
 import pytest
 from django.db import transaction
-from django_q.models import OrmQ
 
 from jobs import enqueue, run_pending
 from jobs.models import Job
+from tests.support.wakeup import listening
 
 
-def _wakeups() -> list[str]:
-    return [row.func() for row in OrmQ.objects.all()]
+@pytest.fixture
+def wakeups():
+    """The wake-up notifications sent since the last call."""
+    with listening() as received:
+        yield received
 
 
 @pytest.mark.django_db(transaction=True)
-def test_job_enqueued_in_a_rolled_back_transaction_never_runs(tmp_path):
+def test_job_enqueued_in_a_rolled_back_transaction_never_runs(tmp_path, wakeups):
     log = tmp_path / "runs.log"
 
     class Abort(Exception):
@@ -26,25 +30,25 @@ def test_job_enqueued_in_a_rolled_back_transaction_never_runs(tmp_path):
         raise Abort
 
     assert Job.objects.count() == 0
-    assert _wakeups() == []  # no wake-up either
+    assert wakeups() == []  # no wake-up either
     assert run_pending().claimed == 0
     assert not log.exists()
 
 
 @pytest.mark.django_db(transaction=True)
-def test_one_wakeup_per_committed_transaction_and_none_before_commit(tmp_path):
+def test_one_wakeup_per_committed_transaction_and_none_before_commit(tmp_path, wakeups):
     with transaction.atomic():
         for n in range(50):
             enqueue("tests.log", {"n": n, "log": str(tmp_path / "log")})
-        assert _wakeups() == []  # not before commit
-    assert _wakeups() == ["jobs.tasks.run_due_jobs"]
+        assert wakeups(0.3) == []  # not before commit
+    assert wakeups() == ["jobs_job_due"]
 
     enqueue("tests.noop")  # autocommit: its own transaction, its own wake-up
-    assert _wakeups() == ["jobs.tasks.run_due_jobs"] * 2
+    assert wakeups() == ["jobs_job_due"]
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_wakeup_registered_in_a_rolled_back_savepoint_is_replaced():
+def test_a_wakeup_registered_in_a_rolled_back_savepoint_is_replaced(wakeups):
     with transaction.atomic():
         try:
             with transaction.atomic():
@@ -53,7 +57,7 @@ def test_a_wakeup_registered_in_a_rolled_back_savepoint_is_replaced():
         except ValueError:
             pass
         enqueue("tests.noop")
-    assert _wakeups() == ["jobs.tasks.run_due_jobs"]
+    assert wakeups() == ["jobs_job_due"]
     assert Job.objects.count() == 1
 
 

@@ -1,5 +1,4 @@
-"""The PostgreSQL one-statement expiry (expire + ladder upsert) behaves exactly like the ORM path
-the embedded SQLite default runs (notifications_expire, then preference_record_missed)."""
+"""The one-statement expiry (the expiry guard + the ladder upsert) from every starting state."""
 
 from __future__ import annotations
 
@@ -60,39 +59,58 @@ def _state(user, ids) -> tuple:
 OVERDUE = (Status.SENT, -1)
 
 
+EXPIRED, SENT, RESPONDED = Status.EXPIRED, Status.SENT, Status.RESPONDED
+IMM, DAY, WEEK, PAUSE = Rung.IMMEDIATE, Rung.DAILY, Rung.WEEKLY, Rung.PAUSED
+
+
 @pytest.mark.parametrize(
-    ("preference", "statuses"),
+    ("preference", "statuses", "expired", "after", "rows_after"),
     [
-        (MISSING, [OVERDUE]),  # first miss of a user on the defaults: row created, count 1
-        (MISSING, [OVERDUE, OVERDUE, OVERDUE]),  # three at once: straight to daily
-        (MISSING, [OVERDUE] * 5),  # one rung per cycle, the count resets to 0
-        ((Rung.IMMEDIATE, 1), [OVERDUE]),
-        ((Rung.IMMEDIATE, 2), [OVERDUE]),  # the third miss: immediate -> daily
-        ((Rung.DAILY, 2), [OVERDUE, OVERDUE]),  # daily -> weekly
-        ((Rung.WEEKLY, 2), [OVERDUE]),  # weekly -> paused
-        ((Rung.PAUSED, 7), [OVERDUE]),  # paused is the bottom: the count just grows
+        # first miss of a user on the defaults: row created, count 1
+        (MISSING, [OVERDUE], 1, (IMM, 1), [EXPIRED]),
+        (MISSING, [OVERDUE] * 3, 3, (DAY, 0), [EXPIRED] * 3),  # three at once: straight to daily
+        (MISSING, [OVERDUE] * 5, 5, (DAY, 0), [EXPIRED] * 5),  # one rung per cycle, count reset
+        ((IMM, 1), [OVERDUE], 1, (IMM, 2), [EXPIRED]),
+        ((IMM, 2), [OVERDUE], 1, (DAY, 0), [EXPIRED]),  # the third miss: immediate -> daily
+        ((DAY, 2), [OVERDUE, OVERDUE], 2, (WEEK, 0), [EXPIRED] * 2),  # daily -> weekly
+        ((WEEK, 2), [OVERDUE], 1, (PAUSE, 0), [EXPIRED]),  # weekly -> paused
+        ((PAUSE, 7), [OVERDUE], 1, (PAUSE, 8), [EXPIRED]),  # the bottom: the count just grows
         # Guards: not overdue yet, answered, already expired -> nothing expires, nothing counted
-        ((Rung.IMMEDIATE, 2), [(Status.SENT, 5), (Status.RESPONDED, -1), (Status.EXPIRED, -1)]),
-        (MISSING, [(Status.SENT, 5)]),  # nothing expired: no preference row is created
-        ((Rung.IMMEDIATE, 2), [(Status.SENT, 5), OVERDUE]),  # only the overdue one counts
+        (
+            (IMM, 2),
+            [(SENT, 5), (RESPONDED, -1), (EXPIRED, -1)],
+            0,
+            (IMM, 2),
+            [SENT, RESPONDED, EXPIRED],
+        ),
+        (MISSING, [(SENT, 5)], 0, None, [SENT]),  # nothing expired: no preference row created
+        ((IMM, 2), [(SENT, 5), OVERDUE], 1, (DAY, 0), [SENT, EXPIRED]),  # only the overdue
     ],
 )
-def test_postgresql_statement_and_orm_path_agree(preference, statuses, caplog):
-    """Same start, same call, on two users: same result, same rows, same step-down log."""
+def test_expiry_and_ladder_from_each_starting_state(
+    preference, statuses, expired, after, rows_after, caplog
+):
+    """Expired rows, the preference afterwards (rung, count, downgraded_at) and the
+    step-down log, for each start (checked: fails with the threshold off by one)."""
     now = timezone.now()
-    outcomes = []
-    for path in (services._review_requests_expire_orm, services._review_requests_expire_upsert):
-        user, ids = _user_with_requests(preference, statuses)
-        caplog.clear()
-        with caplog.at_level(logging.INFO, logger="notifications.services"):
-            result = path(user_id=user.pk, notification_ids=ids, now=now)
-        logs = [
-            (r.user_id == user.pk, r.from_rung, r.to_rung)
-            for r in caplog.records
-            if getattr(r, "action", "") == "notification_rung_down"
-        ]
-        outcomes.append((result, _state(user, ids), logs))
-    assert outcomes[0] == outcomes[1]
+    user, ids = _user_with_requests(preference, statuses)
+    with caplog.at_level(logging.INFO, logger="notifications.services"):
+        result = services.review_requests_expire(user_id=user.pk, notification_ids=ids, now=now)
+    before_rung = preference[0] if preference else IMM
+    stepped = after is not None and after[0] != before_rung
+    assert (result.expired, result.rung, result.stepped_down) == (
+        expired,
+        after[0] if expired else None,
+        stepped,
+    )
+    expected_preference = [] if after is None else [(*after, now if stepped else None)]
+    assert _state(user, ids) == (expected_preference, rows_after)
+    logs = [
+        (r.user_id, r.from_rung, r.to_rung)
+        for r in caplog.records
+        if getattr(r, "action", "") == "notification_rung_down"
+    ]
+    assert logs == ([(user.pk, before_rung, after[0])] if stepped else [])
 
 
 def test_upsert_never_expires_a_row_with_an_accepted_reply():

@@ -19,7 +19,8 @@ def test_default_settings_are_valid(settings):
     [
         ("VAR_DIR", None, "VAR_DIR=None"),
         ("EMAIL_BACKEND", "", "EMAIL_BACKEND='' must be a non-empty string"),
-        ("INBOUND_EMAIL_STORE", 3, "INBOUND_EMAIL_STORE=3 must be a non-empty string"),
+        ("METRICS_TOKEN", 3, "METRICS_TOKEN=int must be a string"),
+        ("Q_CLUSTER", {"workers": 0}, r"Q_CLUSTER\['workers'\]=0 \(from Q_WORKERS\) must be >= 1"),
     ],
 )
 def test_a_malformed_setting_names_the_variable(settings, name, value, message):

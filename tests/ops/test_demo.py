@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
@@ -33,14 +37,18 @@ def test_demo_reports_sends_replies_quarantine_and_retries(capsys, settings, tmp
     assert "last error: django.db.utils.IntegrityError" in out
 
 
-def test_readme_run_command_shows_the_demo_and_starts_qcluster_on_sqlite(tmp_path):
-    """A new user's first run: no DATABASE_URL, no AWS, no Slack — SQLite in a fresh folder."""
+def test_readme_run_command_shows_the_demo_and_starts_qcluster_on_embedded_postgres(tmp_path):
+    """A new user's first run: no DATABASE_URL, no AWS, no Slack — the embedded PostgreSQL is
+    initialised in a fresh folder, used, and stopped when the worker stops."""
     env = {
         key: value
         for key, value in os.environ.items()
         if not key.startswith(("DATABASE_URL", "AWS_", "SLACK_", "INBOUND_EMAIL", "EMAIL_"))
     }
-    env["WORKER_VAR_DIR"] = str(tmp_path / "var")
+    # Not under pytest's shared basetemp: the embedded server runs as another user when root
+    # and must traverse the path (pytest resets its basetemp root to 0700).
+    var_dir = Path(tempfile.mkdtemp(prefix="worker-demo-")) / "var"
+    env["WORKER_VAR_DIR"] = str(var_dir)
     log_path = tmp_path / "run-worker.log"
     with open(log_path, "w") as log:
         process = subprocess.Popen(
@@ -56,6 +64,15 @@ def test_readme_run_command_shows_the_demo_and_starts_qcluster_on_sqlite(tmp_pat
         while time.monotonic() < deadline:
             output = log_path.read_text()
             if "Q Cluster" in output and "running" in output:
+                status = subprocess.run(
+                    [str(PROJECT_ROOT / ".venv" / "bin" / "python"), "manage.py"]
+                    + ["worker_status", "--json"],
+                    cwd=PROJECT_ROOT,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
                 break
             assert process.poll() is None, output
             time.sleep(0.5)
@@ -68,4 +85,10 @@ def test_readme_run_command_shows_the_demo_and_starts_qcluster_on_sqlite(tmp_pat
     assert "Demo run" in output
     assert "a spoofed sender       rejected" in output
     assert "schedules: 8 created" in output
-    assert (tmp_path / "var" / "worker.sqlite3").is_file()
+    database = json.loads(status.stdout)["database"]
+    assert database["engine"] == "postgresql"
+    assert database["embedded"] is True
+    assert database["where"] == f"{var_dir / 'pg'}/worker"
+    assert (var_dir / "pg" / "PG_VERSION").is_file()
+    assert not (var_dir / "pg" / "postmaster.pid").exists()  # stopped on exit
+    shutil.rmtree(var_dir.parent)

@@ -97,3 +97,13 @@ def test_acknowledged_operator_replies_no_longer_alarm_and_stuck_relays_do(capsy
     assert report["instruction_relays_stuck"] == 1
     [finding] = report["needs_operator"]
     assert finding.startswith("1 instruction relay(s) stuck")
+
+
+def test_json_names_the_database_engine_and_where_it_is(capsys, settings):
+    call_command("worker_status", "--json")
+    database = json.loads(capsys.readouterr().out)["database"]
+    assert database["engine"] == "postgresql"
+    on_embedded = settings.DATABASES["default"]["HOST"] == str(settings.EMBEDDED_PG_DIR.resolve())
+    assert database["embedded"] is on_embedded  # the local server, unless scripts/test fell back
+    assert database["where"].endswith("/" + settings.DATABASES["default"]["NAME"])
+    assert database["server_version"][0].isdigit()

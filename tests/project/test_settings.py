@@ -45,7 +45,7 @@ def test_malformed_setting_names_the_variable():
     assert "DATABASE_URL is not a valid database URL" in result.stderr
 
 
-def test_default_database_is_an_embedded_sqlite_file(tmp_path):
+def test_default_database_is_the_embedded_postgresql_socket_under_the_var_dir(tmp_path):
     env = child_env(WORKER_VAR_DIR=str(tmp_path))
     env.pop("DATABASE_URL")
     result = subprocess.run(
@@ -53,7 +53,8 @@ def test_default_database_is_an_embedded_sqlite_file(tmp_path):
             sys.executable,
             "-c",
             "import django; django.setup(); from django.conf import settings as s; "
-            "print(s.DATABASES['default']['ENGINE'], s.DATABASES['default']['NAME'])",
+            "d = s.DATABASES['default']; "
+            "print(d['ENGINE'], d['HOST'], d['NAME'], s.DB_IS_EMBEDDED)",
         ],
         env=env,
         cwd=PROJECT_ROOT,
@@ -64,9 +65,17 @@ def test_default_database_is_an_embedded_sqlite_file(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [
-        "django.db.backends.sqlite3",
-        str(tmp_path / "worker.sqlite3"),
+        "django.db.backends.postgresql",
+        str(tmp_path / "pg"),
+        "worker",
+        "True",
     ]
+
+
+def test_a_database_other_than_postgresql_is_refused(tmp_path):
+    result = _django_setup(DATABASE_URL=f"sqlite:///{tmp_path / 'worker.sqlite3'}")
+    assert result.returncode != 0
+    assert "the worker runs on PostgreSQL only" in result.stderr
 
 
 def test_log_format_json_writes_one_json_object_per_line():

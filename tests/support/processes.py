@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 from django.db import connection
 
@@ -20,6 +21,8 @@ def test_database_url() -> str:
     password = params.get("PASSWORD") or ""
     auth = user + (f":{password}" if password else "")
     host = params.get("HOST") or "127.0.0.1"
+    if host.startswith("/"):  # the embedded server's socket folder (scripts/test's fallback)
+        return f"postgres://{auth}@{quote(host, safe='')}/{params['NAME']}"
     port = params.get("PORT") or 5432
     return f"postgres://{auth}@{host}:{port}/{params['NAME']}"
 

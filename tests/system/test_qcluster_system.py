@@ -154,7 +154,7 @@ def _run_scenario(clusters, s3, ses, slack: SlackServer, tmp_path: Path) -> None
     victim, survivor = clusters
     User = get_user_model()
 
-    # --- feed: PIs with due new-proposal notices, and jobs (woken on commit) -------------------
+    # --- feed: PIs with due new-proposal notices, and jobs (woken by the table trigger) --------
     with transaction.atomic():
         for i in range(PI_COUNT):
             pi = User.objects.create_user(

@@ -1,12 +1,22 @@
-"""django-q2's qcluster, preceded by `ensure_schedules()` so the schedules always match code."""
+"""django-q2's qcluster, preceded by `ensure_schedules()` so the schedules always match code,
+and followed by the job wake-up listener in this (the cluster's main) process."""
 
+import os
+
+from django.conf import settings
+from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 
+from jobs.wakeup import WakeListener
+from ops.conf import get_config
 from ops.schedules import ensure_schedules
 
 
 class Command(DjangoQClusterCommand):
-    help = "Create/correct the schedules, then start the django-q2 cluster."
+    help = (
+        "Create/correct the schedules, start the django-q2 cluster, then listen for due jobs "
+        "(NOTIFY jobs_job_due) and wake the cluster's runner."
+    )
 
     def handle(self, *args, **options):
         counts = ensure_schedules()
@@ -15,4 +25,17 @@ class Command(DjangoQClusterCommand):
                 **counts
             )
         )
-        return super().handle(*args, **options)
+        settings.SECRET_KEY  # noqa: B018 - as django-q2's command: refuse to start without it
+        if options.get("cluster_name"):  # as django-q2's command: the broker's queue name
+            os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
+        # django-q2's command, spelled out so this process can listen once the cluster runs.
+        # The listener's connection is opened after the sentinel forked, so no child
+        # inherits it; Ctrl-C / SIGTERM go to django-q2's handler, which stops the cluster,
+        # and the listener ends with it.
+        cluster = Cluster()
+        cluster.start()
+        if options.get("run_once", False):
+            cluster.stop()
+            return
+        listener = WakeListener(workers=get_config().cluster_workers)
+        listener.run(should_stop=lambda: not cluster.sentinel.is_alive())

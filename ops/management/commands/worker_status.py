@@ -27,6 +27,9 @@ class Command(BaseCommand):
 
     def _print(self, status) -> None:
         out = self.stdout.write
+        db = status.database
+        kind = "embedded PostgreSQL" if db["embedded"] else "PostgreSQL"
+        out(f"Database:      {kind} {db['server_version']} at {db['where']}")
         out("Jobs:          " + _fmt(status.jobs_by_status))
         for kind, counts in status.jobs_by_kind.items():
             out(f"  {kind}: {_fmt(counts)}")

@@ -69,7 +69,6 @@ def test_concurrent_pollers_handle_each_mail_once_and_never_wait_on_a_held_claim
 
     env = child_env(
         INBOUND_EMAIL_STORE=str(folder_store.root),
-        JOBS_WAKE_ON_COMMIT="false",
         SLACK_BOT_TOKEN="",
         INBOUND_EMAIL_MAX_ATTEMPTS="3",
     )

@@ -1,0 +1,58 @@
+"""Reads of the mail ledger and the replies that the operator's views need (worker_status,
+the health page, /metrics): what "quarantined", "stuck relay" and "needs an operator" mean
+is decided here once."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import Count, QuerySet
+from django.db.models.functions import TruncHour
+
+from inbound_email.models import InboundEmail, Reply
+
+# A mail awaiting its instruction relay this long means the relay is stuck (the retries spent
+# their budget long before, or the relay jobs do not run).
+RELAY_STUCK_AFTER = timedelta(hours=24)
+
+
+def inbound_status_counts() -> dict[str, int]:
+    """Ledger rows per status, only the statuses that have rows, in name order."""
+    rows = InboundEmail.objects.values("status").annotate(n=Count("id")).order_by("status")
+    return {row["status"]: row["n"] for row in rows}
+
+
+def inbound_emails_quarantined() -> QuerySet[InboundEmail]:
+    """Mail kept aside for an operator: view, reprocess or discard it (I6)."""
+    return InboundEmail.objects.filter(status=InboundEmail.Status.QUARANTINED)
+
+
+def inbound_emails_awaiting_relay() -> QuerySet[InboundEmail]:
+    """Accepted mail whose instruction is not yet posted or inboxed (its raw mail kept, I8)."""
+    return InboundEmail.objects.filter(status=InboundEmail.Status.AWAITING_RELAY)
+
+
+def inbound_relays_stuck(*, now: datetime) -> QuerySet[InboundEmail]:
+    """Mail that has awaited its relay for longer than RELAY_STUCK_AFTER."""
+    return inbound_emails_awaiting_relay().filter(updated_at__lt=now - RELAY_STUCK_AFTER)
+
+
+def replies_needing_operator() -> QuerySet[Reply]:
+    """Instructions Slack never accepted (they went to the database inbox) that no operator
+    has acknowledged yet; acknowledging clears them (R6)."""
+    return Reply.objects.filter(needs_operator=True, operator_acknowledged_at__isnull=True)
+
+
+def inbound_received_per_hour(*, since: datetime) -> dict[str, dict[datetime, int]]:
+    """Mail received per hour since `since` (UTC hour starts), by the status each row has now."""
+    rows = (
+        InboundEmail.objects.filter(created_at__gte=since)
+        .annotate(hour=TruncHour("created_at"))
+        .values("hour", "status")
+        .annotate(n=Count("id"))
+        .order_by("hour", "status")
+    )
+    series: dict[str, dict[datetime, int]] = {}
+    for row in rows:
+        series.setdefault(row["status"], {})[row["hour"]] = row["n"]
+    return series

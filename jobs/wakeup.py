@@ -1,0 +1,177 @@
+"""Instant, coalesced wake-up of the runner for every producer of jobs.
+
+A statement-level trigger on jobs_job (migration 0002) sends `NOTIFY jobs_job_due` when a
+statement inserts a due queued row, or an update makes a row due (retry now, a released
+claim). PostgreSQL delivers it at commit and folds identical notifications of one
+transaction into one, so a rolled-back enqueue wakes nobody and a bulk insert wakes once.
+It fires whoever writes the row: Django's `enqueue()`, the web app or the Slack bot with a
+plain INSERT.
+
+One `WakeListener` per qcluster, in its main process (ops' `qcluster` command), holds a
+dedicated psycopg connection that LISTENs, and turns notifications into django-q2 wake
+tasks (`jobs.tasks.run_due_jobs`): at most one of them pending at a time, and no new one
+while `workers` of them are already outstanding, so a burst of 150 inserts/s leaves at most
+workers + 1 wake tasks in the broker. A running drain claims until nothing is due, so a
+job inserted while every worker drains is picked up by those drains.
+
+The Job table stays the truth and the task carries no job id: a lost notification (the
+listener reconnecting, a qcluster down) costs latency only. On every reconnect the listener
+sends one wake-up for what it may have missed, and the minute schedule remains the safety
+net.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import Callable
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.utils import timezone
+
+from jobs.backoff import retry_delay
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "jobs_job_due"  # the trigger's channel (jobs/migrations/0002_notify_due_trigger.py)
+WAKE_TASK = "jobs.tasks.run_due_jobs"
+WAKE_TASK_NAME = "jobs wake-up"
+WAIT_SECONDS = 1.0  # longest wait for a notification before checking whether to stop
+RECONNECT_BASE_SECONDS = 0.5  # backoff between reconnect attempts, doubled up to the cap
+RECONNECT_CAP_SECONDS = 30.0
+
+
+def wake_tasks_in_broker(*, funcs: dict[int, str] | None = None) -> tuple[int, int]:
+    """(outstanding, pending) wake tasks in django-q2's ORM broker for this cluster.
+
+    Outstanding: queued or taken by a cluster and not yet acknowledged. Pending: not taken
+    yet (the ORM broker marks a taken task by moving its `lock` into the future). `funcs`
+    caches each row's function by id (a row's payload never changes), so a listener decodes
+    each signed payload once, not on every check.
+    """
+    from django_q.brokers import get_broker
+    from django_q.models import OrmQ
+
+    funcs = {} if funcs is None else funcs
+    now = timezone.now()
+    rows = list(OrmQ.objects.filter(key=get_broker().list_key).values_list("id", "lock"))
+    present = {pk for pk, _lock in rows}
+    for pk in set(funcs) - present:
+        del funcs[pk]
+    unknown = present - set(funcs)
+    if unknown:  # an undecodable row reads as a task of no function (django-q2's OrmQ.task)
+        for row in OrmQ.objects.filter(pk__in=unknown).only("id", "payload"):
+            funcs[row.pk] = row.func()
+    outstanding = pending = 0
+    for pk, lock in rows:
+        if funcs.get(pk) == WAKE_TASK:
+            outstanding += 1
+            pending += lock is None or lock <= now
+    return outstanding, pending
+
+
+def send_wake_task() -> None:
+    from django_q.tasks import async_task
+
+    async_task(WAKE_TASK, task_name=f"{WAKE_TASK_NAME} {secrets.token_hex(4)}")
+
+
+def request_wake(*, workers: int, funcs: dict[int, str] | None = None) -> bool:
+    """Send a wake task unless one is pending or `workers` + 1 are outstanding; True if sent."""
+    outstanding, pending = wake_tasks_in_broker(funcs=funcs)
+    if pending or outstanding >= workers + 1:
+        return False
+    send_wake_task()
+    return True
+
+
+class WakeListener:
+    """LISTENs on a connection of its own and asks for a wake task after notifications.
+
+    `run()` returns when `should_stop()` is true (checked at least every WAIT_SECONDS).
+    Losing the connection is expected (server restart, failover): it reconnects with
+    backoff, and after each reconnect it requests a wake-up for what it may have missed.
+    """
+
+    def __init__(self, *, workers: int, coalesce_seconds: float = 0.05) -> None:
+        self.workers = workers
+        # After a notification, notifications arriving this soon after are read in the same
+        # round: one broker check for a burst instead of one per insert.
+        self.coalesce_seconds = coalesce_seconds
+        self.connection: psycopg.Connection | None = None
+        self.connects = 0
+        self.wakes_sent = 0
+        self._funcs: dict[int, str] = {}  # OrmQ id -> task function, see wake_tasks_in_broker
+
+    def run(self, should_stop: Callable[[], bool]) -> None:
+        failures = 0
+        while not should_stop():
+            try:
+                if self.connection is None or self.connection.closed:
+                    self._connect()
+                    if self.connects > 1 and self._request_wake():
+                        self.wakes_sent += 1  # what the outage may have hidden
+                failures = 0
+                if self._wait_for_notifications() and self._request_wake():
+                    self.wakes_sent += 1
+            except Exception as exc:  # noqa: BLE001 - the listener loop's one catch-all
+                failures += 1
+                delay = retry_delay(
+                    failures, base=RECONNECT_BASE_SECONDS, cap=RECONNECT_CAP_SECONDS, jitter=0.25
+                )
+                logger.warning(
+                    "job wake-up listener failed (%s: %s); reconnecting in %.1fs",
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                    extra={"action": "jobs_listener_reconnect", "attempt": failures},
+                )
+                self.close()
+                connections[DEFAULT_DB_ALIAS].close()  # the broker's may be gone too
+                _sleep_unless(should_stop, delay)
+        self.close()
+
+    def _request_wake(self) -> bool:
+        return request_wake(workers=self.workers, funcs=self._funcs)
+
+    def close(self) -> None:
+        if self.connection is not None:
+            try:
+                self.connection.close()
+            finally:
+                self.connection = None
+
+    def _connect(self) -> None:
+        params = connections[DEFAULT_DB_ALIAS].get_connection_params()
+        for django_only in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(django_only, None)
+        params.setdefault("connect_timeout", 10)
+        self.connection = psycopg.connect(
+            **params, autocommit=True, application_name="jobs-wake-listener"
+        )
+        self.connection.execute(f"LISTEN {CHANNEL}")
+        self.connects += 1
+        logger.info(
+            "job wake-up listener connected (LISTEN %s)",
+            CHANNEL,
+            extra={"action": "jobs_listener_connected", "attempt": self.connects},
+        )
+
+    def _wait_for_notifications(self) -> bool:
+        """Block up to WAIT_SECONDS for a notification; drain a burst; True if any came."""
+        assert self.connection is not None
+        got = False
+        for _ in self.connection.notifies(timeout=WAIT_SECONDS, stop_after=1):
+            got = True
+        if got:  # read whatever else arrives in the next moments: one decision for a burst
+            for _ in self.connection.notifies(timeout=self.coalesce_seconds):
+                pass
+        return got
+
+
+def _sleep_unless(should_stop: Callable[[], bool], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not should_stop() and time.monotonic() < deadline:
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))

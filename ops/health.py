@@ -1,0 +1,197 @@
+"""The admin's Worker health page: worker_status's figures as tiles, plus 24 h charts.
+
+Every figure comes from worker_status (itself built on the apps' selectors) or straight from
+a selector; every tile links to the admin changelist filtered to exactly the rows it counts
+(`?status__exact=…` or the apps' `?health=…` selector filters).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
+
+from django.urls import reverse
+from django.utils import timezone
+
+from canonical_ids.models import WriterSlotLease
+from inbound_email.models import InboundEmail, Reply
+from inbound_email.selectors import inbound_received_per_hour
+from jobs.models import Job
+from jobs.selectors import jobs_due, jobs_finished_per_minute
+from notifications.models import EmailNotification
+from notifications.selectors import OPEN as OPEN_NOTIFICATION_STATUSES
+from ops.charts import Chart, SeriesIn, buckets, line_chart, stacked_bar_chart
+from ops.status import BACKLOG_ALERT_SECONDS, WorkerStatus, worker_status
+
+CHART_WINDOW = timedelta(hours=24)
+MINUTE, HOUR = timedelta(minutes=1), timedelta(hours=1)
+MAIL_COLORS = {
+    InboundEmail.Status.PROCESSED: "#2e7d32",
+    InboundEmail.Status.AWAITING_RELAY: "#1565c0",
+    InboundEmail.Status.RECEIVED: "#90a4ae",
+    InboundEmail.Status.REJECTED: "#ef6c00",
+    InboundEmail.Status.QUARANTINED: "#c62828",
+    InboundEmail.Status.DISCARDED: "#6d4c41",
+}
+
+
+@dataclass(frozen=True)
+class Tile:
+    label: str
+    value: int
+    url: str
+    alert: bool = False  # this figure is one of worker_status's findings
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    tiles: tuple[Tile, ...]
+
+
+@dataclass
+class Health:
+    status: WorkerStatus
+    sections: list[Section] = field(default_factory=list)
+    charts: list[Chart] = field(default_factory=list)
+    generated_at: datetime | None = None
+
+
+def changelist(model: type, **params: str) -> str:
+    """The admin changelist URL of `model`, filtered by `params`."""
+    opts = model._meta
+    url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    return f"{url}?{urlencode(params)}" if params else url
+
+
+def worker_health(*, now: datetime | None = None) -> Health:
+    now = now or timezone.now()
+    status = worker_status(now=now)
+    health = Health(status=status, generated_at=now)
+    health.sections = [
+        _jobs_section(status, now),
+        _mail_section(status),
+        _notifications_section(status),
+        Section(
+            "Writer slots",
+            (
+                Tile(
+                    "held by a live writer",
+                    len(status.leases),
+                    changelist(WriterSlotLease, health="live"),
+                ),
+            ),
+        ),
+    ]
+    health.charts = _charts(now)
+    return health
+
+
+def _jobs_section(status: WorkerStatus, now: datetime) -> Section:
+    by_status = status.jobs_by_status
+    oldest = status.oldest_due_job
+    waited = oldest["waiting_seconds"] if oldest else 0
+    tiles = [
+        Tile(
+            Job.Status(value).label.lower(),
+            by_status.get(value, 0),
+            changelist(Job, status__exact=value),
+            alert=value == Job.Status.FAILED and bool(by_status.get(value)),
+        )
+        for value in Job.Status.values
+    ]
+    tiles += [
+        Tile(
+            "due now",
+            jobs_due(now=now).count(),
+            changelist(Job, health="due"),
+            alert=waited > BACKLOG_ALERT_SECONDS,
+            note=f"oldest waiting {waited:.0f} s" if oldest else "",
+        ),
+        Tile(
+            "stuck past their lease",
+            status.stuck_jobs_total,
+            changelist(Job, health="stuck"),
+            alert=bool(status.stuck_jobs_total),
+        ),
+    ]
+    return Section("Job queue", tuple(tiles))
+
+
+def _mail_section(status: WorkerStatus) -> Section:
+    by_status = status.inbound_by_status
+    tiles = [
+        Tile(
+            InboundEmail.Status(value).label,
+            by_status.get(value, 0),
+            changelist(InboundEmail, status__exact=value),
+            alert=value == InboundEmail.Status.QUARANTINED and bool(by_status.get(value)),
+        )
+        for value in InboundEmail.Status.values
+    ]
+    tiles += [
+        Tile(
+            "relays stuck over 24 h",
+            status.instruction_relays_stuck,
+            changelist(InboundEmail, health="relay_stuck"),
+            alert=bool(status.instruction_relays_stuck),
+        ),
+        Tile(
+            "instructions needing an operator",
+            status.instructions_needing_operator,
+            changelist(Reply, health="needs_operator"),
+            alert=bool(status.instructions_needing_operator),
+        ),
+    ]
+    return Section("Inbound mail", tuple(tiles))
+
+
+def _notifications_section(status: WorkerStatus) -> Section:
+    by_status = status.notifications_by_status
+    tiles = [
+        Tile(
+            f"open: {EmailNotification.Status(value).label.lower()}",
+            by_status.get(value, 0),
+            changelist(EmailNotification, status__exact=value),
+        )
+        for value in OPEN_NOTIFICATION_STATUSES
+    ]
+    tiles.append(
+        Tile(
+            "stuck in sending",
+            status.notifications_stuck_sending,
+            changelist(EmailNotification, health="stuck_sending"),
+            alert=bool(status.notifications_stuck_sending),
+        )
+    )
+    return Section("Notifications", tuple(tiles))
+
+
+def _charts(now: datetime) -> list[Chart]:
+    minute = now.replace(second=0, microsecond=0)
+    minutes = buckets(end=minute, step=MINUTE, count=CHART_WINDOW // MINUTE)
+    finished = jobs_finished_per_minute(since=minutes[0])
+    jobs_chart = line_chart(
+        title="Jobs finished per minute, last 24 h (UTC)",
+        starts=minutes,
+        series=[
+            SeriesIn("completed", "#2e7d32", finished[Job.Status.COMPLETED]),
+            SeriesIn("failed", "#c62828", finished[Job.Status.FAILED]),
+        ],
+        tick_every=timedelta(hours=3),
+    )
+    hour = minute.replace(minute=0)
+    hours = buckets(end=hour, step=HOUR, count=CHART_WINDOW // HOUR)
+    received = inbound_received_per_hour(since=hours[0])
+    mail_chart = stacked_bar_chart(
+        title="Mail received per hour, last 24 h (UTC), by status now",
+        starts=hours,
+        series=[
+            SeriesIn(InboundEmail.Status(value).label, color, received.get(value, {}))
+            for value, color in MAIL_COLORS.items()
+        ],
+        tick_every=timedelta(hours=3),
+    )
+    return [jobs_chart, mail_chart]

@@ -1,0 +1,215 @@
+"""The wake-up: the jobs_job trigger's NOTIFY, the listener that turns it into django-q2 wake
+tasks, and a real qcluster starting jobs that any producer inserted."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+from django.db import connections, transaction
+from django.utils import timezone
+from django_q.models import OrmQ, Schedule
+
+from jobs import enqueue
+from jobs.models import Job
+from jobs.services import jobs_retry_now
+from jobs.wakeup import CHANNEL, WAKE_TASK, WakeListener, request_wake, wake_tasks_in_broker
+from tests.support.processes import PROJECT_ROOT, stop_process_group
+from tests.support.wakeup import listening, plain_insert, raw_connection
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+# --- the trigger --------------------------------------------------------------------------------
+
+
+def test_one_notification_per_committed_transaction_none_before_commit_none_on_rollback():
+    with listening() as received:
+        with transaction.atomic():
+            for _ in range(50):
+                enqueue("tests.noop")
+            assert received(0.3) == []  # not before commit
+        assert received() == [CHANNEL]  # 50 rows, one transaction: one notification
+
+        with pytest.raises(ZeroDivisionError), transaction.atomic():
+            enqueue("tests.noop")
+            raise ZeroDivisionError
+        assert received(0.3) == []
+
+        plain_insert("tests.noop")  # any producer, not only Django's enqueue()
+        assert received() == [CHANNEL]
+
+
+def test_rows_not_due_do_not_notify_until_an_update_makes_them_due():
+    with listening() as received:
+        job_id = plain_insert("tests.noop", delay="1 hour")
+        assert received(0.3) == []  # the minute schedule starts it when due
+
+        Job.objects.filter(pk=job_id).update(priority=5)  # still not due
+        assert received(0.3) == []
+
+        jobs_retry_now(jobs=Job.objects.filter(pk=job_id))  # run_after = now: due
+        assert received() == [CHANNEL]
+
+        Job.objects.filter(pk=job_id).update(priority=1)  # already due: nothing new
+        assert received(0.3) == []
+
+
+# --- the listener -------------------------------------------------------------------------------
+
+
+@contextmanager
+def _running_listener(workers: int) -> Iterator[WakeListener]:
+    listener = WakeListener(workers=workers)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            listener.run(should_stop=stop.is_set)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while listener.connects < 1:
+        assert time.monotonic() < deadline, "listener did not connect"
+        time.sleep(0.02)
+    try:
+        yield listener
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def _wait_for(predicate, seconds: float = 10.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_burst_of_enqueues_leaves_one_pending_wake_task():
+    with _running_listener(workers=2) as listener:
+        for _ in range(200):
+            enqueue("tests.noop")  # 200 transactions, 200 notifications
+        _wait_for(lambda: wake_tasks_in_broker()[0] >= 1)
+        time.sleep(1.0)  # let the listener read every notification
+        assert wake_tasks_in_broker() == (1, 1)  # nobody consumes: still the one pending
+        assert listener.wakes_sent == 1
+    assert [row.func() for row in OrmQ.objects.all()] == [WAKE_TASK]
+
+
+def test_a_task_row_that_cannot_be_decoded_does_not_stop_the_wake_up():
+    """A row signed with another SECRET_KEY (or damaged) is not a wake task; wakes go on."""
+    from django_q.brokers import get_broker
+
+    OrmQ.objects.create(
+        key=get_broker().list_key, payload="not-a-signed-package", lock=timezone.now()
+    )
+    assert wake_tasks_in_broker() == (0, 0)
+    assert request_wake(workers=2) is True
+    assert wake_tasks_in_broker() == (1, 1)
+    assert request_wake(workers=2) is False  # one is pending
+
+
+def test_the_listener_reconnects_after_losing_its_connection_and_wakes_for_what_it_missed():
+    with _running_listener(workers=2) as listener:
+        with raw_connection() as admin:
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'jobs-wake-listener' AND datname = current_database()"
+            ).fetchall()
+        assert killed == [(True,)]
+        _wait_for(lambda: listener.connects == 2)
+        _wait_for(lambda: wake_tasks_in_broker() == (1, 1))  # the catch-up wake-up
+        OrmQ.objects.all().delete()
+
+        plain_insert("tests.noop")  # heard on the new connection
+        _wait_for(lambda: wake_tasks_in_broker() == (1, 1))
+
+
+# --- a real qcluster ----------------------------------------------------------------------------
+
+
+@contextmanager
+def _qcluster(env: dict[str, str], log_path) -> Iterator[subprocess.Popen]:
+    with log_path.open("w") as out:
+        cluster = subprocess.Popen(
+            [sys.executable, str(PROJECT_ROOT / "manage.py"), "qcluster"],
+            env=env,
+            cwd=PROJECT_ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "jobs_job_due" not in log_path.read_text():  # the listener is up
+            assert cluster.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        time.sleep(2)  # let the start-up run of the minute schedules pass
+        # The safety net must not be what starts the job: its next tick is an hour away.
+        Schedule.objects.filter(func="jobs.tasks.run_due_jobs").update(
+            next_run=timezone.now() + timedelta(hours=1)
+        )
+        yield cluster
+    finally:
+        stop_process_group(cluster)
+
+
+@pytest.mark.slow
+def test_a_plain_sql_insert_is_started_by_a_running_qcluster_long_before_the_minute_tick(
+    worker_env, tmp_path
+):
+    env = {**worker_env, "Q_WORKERS": "2", "LOG_LEVEL": "INFO", "LOG_FORMAT": "text"}
+    log = tmp_path / "qcluster.log"
+    with _qcluster(env, log):
+        payload = '{"username": "from-the-web-app"}'
+        job_id = plain_insert("tests.create_user", payload)
+        inserted = time.monotonic()
+        while Job.objects.get(pk=job_id).status != Job.Status.COMPLETED:
+            assert time.monotonic() - inserted < 15, log.read_text()
+            time.sleep(0.05)
+        print(f"plain INSERT completed {time.monotonic() - inserted:.2f}s after commit")
+
+
+@pytest.mark.slow
+def test_a_burst_of_enqueues_leaves_at_most_workers_plus_two_wake_tasks_in_the_broker(
+    worker_env, tmp_path
+):
+    workers = 2
+    env = {**worker_env, "Q_WORKERS": str(workers), "LOG_LEVEL": "INFO", "LOG_FORMAT": "text"}
+    log = tmp_path / "qcluster.log"
+    peak = 0
+    sampling = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        try:
+            while sampling.is_set():
+                peak = max(peak, wake_tasks_in_broker()[0])
+                time.sleep(0.01)
+        finally:
+            connections.close_all()
+
+    with _qcluster(env, log):
+        sampling.set()
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        ids = [enqueue("tests.noop").pk for _ in range(300)]
+        deadline = time.monotonic() + 60
+        while Job.objects.filter(pk__in=ids, status=Job.Status.COMPLETED).count() < len(ids):
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        sampling.clear()
+        sampler.join(timeout=10)
+    print(f"peak wake tasks in the broker: {peak}")
+    assert 1 <= peak <= workers + 2

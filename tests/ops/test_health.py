@@ -1,0 +1,147 @@
+"""The Worker health page: staff only, worker_status's figures, and tiles whose links open the
+admin changelist filtered to exactly the rows the tile counts."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+from model_bakery import baker
+
+from inbound_email.models import InboundEmail, Reply
+from jobs.models import Job
+from notifications.models import EmailNotification
+from ops.health import worker_health
+from tests.support.leases import live_lease_count, make_lease, spare_slots
+
+pytestmark = pytest.mark.django_db
+
+HEALTH_URL = "/admin/worker-health/"
+
+
+@pytest.fixture
+def rows() -> None:
+    """At least one row for every tile, and decoys of the same model that a filter must skip."""
+    now = timezone.now()
+
+    def job(**fields):
+        return baker.make(Job, kind="report.render", max_attempts=5, **fields)
+
+    job(status="queued", run_after=now - timedelta(minutes=10))  # due, over the backlog alert
+    job(status="queued", run_after=now + timedelta(hours=1))  # queued, not due
+    job(status="processing", lease_expires_at=now - timedelta(minutes=1))  # stuck
+    job(status="processing", lease_expires_at=now + timedelta(minutes=1))  # healthy
+    job(status="completed", completed_at=now - timedelta(minutes=3))
+    job(status="failed", failed_at=now - timedelta(minutes=2))
+    job(status="cancelled", cancelled_at=now)
+
+    def mail(key: str, status: str) -> InboundEmail:
+        return baker.make(InboundEmail, store_key=key, status=status)
+
+    for i, status in enumerate(InboundEmail.Status.values):
+        mail(f"inbound/{i}", status)
+    stuck_relay = mail("inbound/stuck-relay", "awaiting_relay")
+    InboundEmail.objects.filter(pk=stuck_relay.pk).update(updated_at=now - timedelta(hours=25))
+
+    notification = baker.make(EmailNotification, status="pending")
+    for i, acknowledged_at in enumerate([None, now]):
+        baker.make(
+            Reply,
+            notification=notification,
+            inbound_email=mail(f"inbound/reply-{i}", "processed"),
+            relay_status="inboxed",
+            needs_operator=True,
+            operator_acknowledged_at=acknowledged_at,
+        )
+    baker.make(EmailNotification, status="sending", claimed_at=now - timedelta(hours=2))
+    baker.make(EmailNotification, status="sending", claimed_at=now)
+    baker.make(EmailNotification, status="sent", sent_at=now, ses_message_id="m-1")
+    baker.make(EmailNotification, status="expired", sent_at=now, ses_message_id="m-2")
+
+    live, expired = spare_slots(2)
+    make_lease(slot=live, now=now, live=True)
+    make_lease(slot=expired, now=now, live=False)
+
+
+def test_only_staff_see_the_page(client, django_user_model):
+    response = client.get(HEALTH_URL)
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+    member = django_user_model.objects.create_user(username="member", password="pw")
+    client.force_login(member)
+    response = client.get(HEALTH_URL)
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+    staff = django_user_model.objects.create_user(username="staff", password="pw", is_staff=True)
+    client.force_login(staff)
+    assert client.get(HEALTH_URL).status_code == 200
+
+
+def test_the_admin_index_links_the_page(admin_client):
+    html = admin_client.get(reverse("admin:index")).content.decode()
+    assert f'href="{HEALTH_URL}"' in html
+    assert reverse("ops:worker_health") == HEALTH_URL
+
+
+def test_every_tile_opens_a_changelist_with_exactly_the_rows_it_counts(admin_client, rows):
+    page = admin_client.get(HEALTH_URL)
+    assert page.status_code == 200
+    tiles = [tile for section in page.context["health"].sections for tile in section.tiles]
+    assert len(tiles) == 20
+    for tile in tiles:
+        assert tile.value > 0, f"the fixture leaves tile {tile.label!r} empty"
+        assert f'href="{tile.url.replace("&", "&amp;")}"' in page.content.decode()
+        listing = admin_client.get(tile.url)
+        # An unknown filter parameter makes the admin redirect to ?e=1 instead of filtering.
+        assert listing.status_code == 200, (tile.label, tile.url, listing.status_code)
+        changelist = listing.context["cl"]
+        assert changelist.result_count == tile.value, (tile.label, tile.url)
+        # The fixture's decoys prove the link filters rather than listing the whole table.
+        assert changelist.result_count < changelist.model.objects.count(), tile.label
+
+
+def test_figures_and_alerts_match_worker_status(rows):
+    health = worker_health()
+    live_leases = live_lease_count(now=health.generated_at)
+    by_label = {tile.label: tile for section in health.sections for tile in section.tiles}
+    assert by_label["stuck past their lease"].value == 1
+    assert by_label["stuck past their lease"].alert
+    assert by_label["due now"].value == 1 and by_label["due now"].alert
+    assert by_label["failed"].alert and not by_label["queued"].alert
+    assert by_label["Quarantined"].value == 1 and by_label["Quarantined"].alert
+    assert by_label["Awaiting relay (mail kept until posted)"].value == 2
+    assert by_label["relays stuck over 24 h"].value == 1
+    assert by_label["instructions needing an operator"].value == 1
+    assert by_label["open: sending (claimed)"].value == 2
+    assert by_label["stuck in sending"].value == 1
+    assert by_label["held by a live writer"].value == live_leases >= 1
+    assert len(health.status.needs_operator) == 7  # every worker_status exit reason
+
+
+def test_charts_count_the_last_24_hours(rows):
+    jobs_chart, mail_chart = worker_health().charts
+    totals = {s.name: s.total for s in jobs_chart.series}
+    assert totals == {"completed": 1, "failed": 1}
+    assert sum(s.total for s in mail_chart.series) == InboundEmail.objects.count()
+
+
+def test_the_page_costs_a_fixed_number_of_queries_whatever_the_rows(
+    admin_client, rows, django_assert_max_num_queries
+):
+    """No per-row query: tiles are GROUP BYs and counts, the charts two GROUP BYs each side."""
+    admin_client.get(HEALTH_URL)  # warm the session / content types
+    with django_assert_max_num_queries(25) as first:
+        admin_client.get(HEALTH_URL)
+    baker.make(
+        Job,
+        kind="more.work",
+        status="completed",
+        max_attempts=5,
+        completed_at=timezone.now(),
+        _quantity=50,
+    )
+    baker.make(InboundEmail, status="processed", _quantity=20)
+    with django_assert_max_num_queries(len(first.captured_queries)):
+        admin_client.get(HEALTH_URL)
