@@ -55,6 +55,7 @@ class InboundEmailAdmin(ReadOnlyAdmin):
             {
                 "fields": (
                     "notification",
+                    "rejection_notice",
                     "duplicate_of",
                     "next_attempt_at",
                     "quarantine_key",

@@ -32,6 +32,7 @@ class Config:
     slack_bot_token: str  # empty: Slack off
     slack_api_url: str
     slack_timeout: float  # seconds per HTTP call
+    check_ses_verdicts: bool  # reject / quarantine on SES's verdict headers (issue 10)
     # What one mail may cost the parser (see parse_limits.ParseLimits)
     max_mime_parts: int
     max_mime_depth: int
@@ -69,10 +70,25 @@ def _str(name: str, default: str, *, required: bool) -> str:
     return value
 
 
+def _check_ses_verdicts(store_url: str) -> bool:
+    """INBOUND_EMAIL_CHECK_SES_VERDICTS, or when unset (None): on for an S3 store, which SES
+    fills and writes its verdicts into; off for a folder store, fed by hand or by tests, where
+    a verdict header is whatever the file says."""
+    value = getattr(settings, "INBOUND_EMAIL_CHECK_SES_VERDICTS", None)
+    if value is None:
+        return store_url.startswith("s3://")
+    if not isinstance(value, bool):
+        raise ImproperlyConfigured(
+            f"INBOUND_EMAIL_CHECK_SES_VERDICTS={value!r} must be True, False or None (the default)"
+        )
+    return value
+
+
 def get_config() -> Config:
     """The validated settings; raises ImproperlyConfigured naming the first bad one."""
+    store_url = _str("INBOUND_EMAIL_STORE", "var/inbound_mail", required=True)
     return Config(
-        store_url=_str("INBOUND_EMAIL_STORE", "var/inbound_mail", required=True),
+        store_url=store_url,
         # An empty prefix would make the quarantine copy the intake object itself, which the
         # clean-up then deletes: the mail would be lost.
         quarantine_prefix=_str("INBOUND_EMAIL_QUARANTINE_PREFIX", "quarantine/", required=True),
@@ -90,6 +106,7 @@ def get_config() -> Config:
         slack_bot_token=_str("SLACK_BOT_TOKEN", "", required=False),
         slack_api_url=_str("SLACK_API_URL", "https://slack.com/api/", required=True),
         slack_timeout=_float("SLACK_TIMEOUT", 10, minimum=0, inclusive=False),
+        check_ses_verdicts=_check_ses_verdicts(store_url),
         max_mime_parts=_int("INBOUND_EMAIL_MAX_MIME_PARTS", 100, minimum=1),
         max_mime_depth=_int("INBOUND_EMAIL_MAX_MIME_DEPTH", 20, minimum=1),
         max_headers=_int("INBOUND_EMAIL_MAX_HEADERS", 1000, minimum=1),

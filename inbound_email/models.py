@@ -45,6 +45,12 @@ class InboundEmail(models.Model):
         HEADER_COUNT_LIMIT = "header_count_limit", "Too many header fields"
         HEADER_SIZE_LIMIT = "header_size_limit", "Header fields too large"
         TEXT_SIZE_LIMIT = "text_size_limit", "Text part too large"
+        # SES verdicts (issue 10): DMARC failed, or with no DMARC verdict SPF and DKIM both did.
+        UNAUTHENTICATED_SENDER = (
+            "unauthenticated_sender",
+            "Sender failed DMARC (or SPF+DKIM)",
+        )
+        VIRUS = "virus", "Virus found by SES"
 
     # Where the object was found (unique: a redelivered object with the same key is one row).
     store_key = models.CharField(max_length=1024, unique=True)
@@ -71,6 +77,15 @@ class InboundEmail(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="inbound_emails",
+    )
+
+    # The notice telling the PI why their reply was rejected (issue 13), when one was queued.
+    rejection_notice = models.ForeignKey(
+        "notifications.EmailNotification",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="rejected_replies",
     )
 
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.RECEIVED)

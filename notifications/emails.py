@@ -31,6 +31,7 @@ class Delivery:
     attempt: int
     proposal_title: str = ""
     digest_titles: tuple[str, ...] = ()
+    notice_reason: str = ""  # reply_rejected: why the PI's reply was not acted on
 
 
 def unsubscribe_header(token: str) -> str:
@@ -45,6 +46,7 @@ def render_notification_email(delivery: Delivery, *, expires_at: datetime) -> Ou
         "digest_titles": delivery.digest_titles,
         "expires_at": expires_at,
         "reply_address": reply_address_for(delivery.token),
+        "reason": delivery.notice_reason,
     }
     base = f"notifications/email/{delivery.kind}"
     subject = " ".join(render_to_string(f"{base}_subject.txt", context).split())

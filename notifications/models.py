@@ -78,6 +78,8 @@ class EmailNotification(models.Model):
         NEW_PROPOSAL = "new_proposal", "New proposal"
         PROPOSAL_REVIEW = "proposal_review", "Proposal review request"
         DIGEST = "digest", "Digest"
+        # A word back to the PI: their reply to `about` was not acted on (notice_reason).
+        REPLY_REJECTED = "reply_rejected", "Reply not acted on (notice)"
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -115,6 +117,12 @@ class EmailNotification(models.Model):
         max_length=30, choices=FailureReason.choices, blank=True, default="", db_default=""
     )
     claimed_at = models.DateTimeField(null=True, blank=True)
+    # reply_rejected only: the notification whose reply was rejected, and why (an
+    # inbound_email reason code; the template words it).
+    about = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="notices"
+    )
+    notice_reason = models.CharField(max_length=30, blank=True, default="", db_default="")
     retry_after = models.DateTimeField(
         null=True, blank=True, help_text="A pending row is not claimed again before this time."
     )

@@ -40,6 +40,10 @@ class DeliveryCounts(Protocol):
 
 def _expiry_window(kind: str) -> timedelta:
     config = get_config()
+    if kind == Kind.REPLY_REJECTED:
+        # A notice takes no replies (its Reply-To is the answered notification's): it is sent
+        # already expired, so its own token is never open.
+        return timedelta(0)
     if kind == Kind.PROPOSAL_REVIEW:
         return timedelta(hours=config.review_expiry_hours)
     return timedelta(hours=config.reply_window_hours)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from notifications import sweeps
+from notifications import notices, sweeps
 
 
 def new_proposal_sweep() -> dict[str, Any]:
@@ -17,3 +17,7 @@ def proposal_review_sweep() -> dict[str, Any]:
 
 def digest_sweep() -> dict[str, Any]:
     return sweeps.sweep_digests().as_dict()
+
+
+def reply_rejected_notices() -> dict[str, Any]:
+    return notices.notices_send().as_dict()

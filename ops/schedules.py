@@ -34,6 +34,9 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
         "notifications: proposal review sweep", "notifications.tasks.proposal_review_sweep", 5
     ),
     ScheduleSpec("notifications: digest sweep", "notifications.tasks.digest_sweep", 60),
+    ScheduleSpec(
+        "notifications: rejection notices", "notifications.tasks.reply_rejected_notices", 1
+    ),
 )
 
 

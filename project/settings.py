@@ -214,6 +214,13 @@ INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES = env_int(  # all header fields together, r
 INBOUND_EMAIL_MAX_TEXT_BYTES = env_int(  # the text part used, after transfer decoding
     "INBOUND_EMAIL_MAX_TEXT_BYTES", 1024 * 1024, minimum=1024
 )
+# SES verdicts (issue 10): reject a reply that failed DMARC (or, without a DMARC verdict, SPF
+# and DKIM), quarantine a mail with a virus. Unset: on for an s3:// store, off for a folder.
+INBOUND_EMAIL_CHECK_SES_VERDICTS = (
+    env_bool("INBOUND_EMAIL_CHECK_SES_VERDICTS", False)
+    if env_str("INBOUND_EMAIL_CHECK_SES_VERDICTS", "").strip()
+    else None
+)
 MAX_REPLIES_PER_TOKEN_PER_HOUR = env_int("MAX_REPLIES_PER_TOKEN_PER_HOUR", 5, minimum=1)
 # Instruction relay (outbox): attempts to post to Slack before the instruction falls back to
 # the database inbox and is flagged for an operator; backoff between attempts (seconds).

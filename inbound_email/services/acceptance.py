@@ -20,6 +20,7 @@ from datetime import datetime
 from inbound_email.models import InboundEmail
 from inbound_email.parsing import ParsedMail
 from inbound_email.replies import ReplyContent, auto_reply_reason, split_reply
+from inbound_email.verdicts import FAIL, PASS, SesVerdicts
 from notifications.selectors import notification_has_expired, notification_is_open_for_replies
 from project.redaction import redact_address
 
@@ -53,7 +54,39 @@ class Reject:
     detail: str  # shown to operators; addresses redacted
 
 
+@dataclass(frozen=True)
+class Quarantine:
+    """Kept aside for an operator, never acted on (not a reply that merely does not count)."""
+
+    reason: str  # an InboundEmail.Reason
+    detail: str
+
+
 Decision = Accept | Reject
+
+
+def screen_ses_verdicts(verdicts: SesVerdicts) -> Reject | Quarantine | None:
+    """What SES's verdicts say about the mail, before anything else is looked at.
+
+    A virus FAIL is quarantined (kept for an operator, whatever else the mail is). DMARC
+    decides whether the From is authentic when it has a verdict (PASS means an aligned SPF or
+    DKIM pass, so a PASS accepts even if one of them failed); without one (absent, GRAY = the
+    domain publishes no policy, PROCESSING_FAILED, unreadable) the mail is rejected only when
+    SPF *and* DKIM both failed: one failing alone is common for genuine mail (forwarding breaks
+    SPF, mailing lists break DKIM). A spam verdict is not acted on: short replies are often
+    scored as spam, and a forged reply is caught by the token, the sender and DMARC. No
+    verdicts at all: nothing to go on, the usual checks decide.
+    """
+    if verdicts.virus == FAIL:
+        return Quarantine(Reason.VIRUS, verdicts.describe("virus"))
+    if verdicts.dmarc == FAIL:
+        return Reject(Reason.UNAUTHENTICATED_SENDER, "DMARC failed: " + verdicts.describe("dmarc"))
+    if verdicts.dmarc != PASS and verdicts.spf == FAIL and verdicts.dkim == FAIL:
+        return Reject(
+            Reason.UNAUTHENTICATED_SENDER,
+            "SPF and DKIM failed, no DMARC verdict: " + verdicts.describe("spf", "dkim", "dmarc"),
+        )
+    return None
 
 
 def is_unsubscribe(mail: ParsedMail) -> bool:

@@ -11,6 +11,9 @@ The order of effects is what bounds a poison mail (I6, COR-19):
   same (still healthy) transaction.
 * Store effects (delete, move to quarantine) happen only after the outcome has committed
   (`store_sync`, called by the poller).
+* SES's verdicts (when checked) and the header-only rejections are decided on the header
+  block; only what passes them has its body parsed. A rejection the PI can act on queues a
+  notice in the same transaction (`notices`).
 * An accepted instruction is saved first (Reply, relay_status=pending) and the mail stays in
   the intake (status awaiting_relay) until the relay has posted or inboxed it (I8, COR-32).
 
@@ -42,7 +45,15 @@ from inbound_email.exceptions import MailLimitExceeded, StoreError, StoreNotFoun
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.parsing import ParsedMail, parse_headers, parse_mail, raw_preview
 from inbound_email.replies import header_rejection
-from inbound_email.services.acceptance import Accept, NotificationSnapshot, decide, screen
+from inbound_email.services.acceptance import (
+    Accept,
+    NotificationSnapshot,
+    Quarantine,
+    Reject,
+    decide,
+    screen,
+    screen_ses_verdicts,
+)
 from inbound_email.services.ledger import (
     backoff_seconds,
     mail_finish,
@@ -50,8 +61,10 @@ from inbound_email.services.ledger import (
     mail_set_quarantined,
     reply_complete,
 )
+from inbound_email.services.notices import rejection_notice
 from inbound_email.services.relay import reply_relay_enqueue
 from inbound_email.stores import MailStore, StoredObject, sha256_hex
+from inbound_email.verdicts import read_ses_verdicts
 from notifications.models import EmailNotification
 from notifications.reply_address import token_from_address
 from notifications.services import notification_unsubscribe
@@ -225,10 +238,34 @@ def _handle(row: InboundEmail, store: MailStore, now: datetime) -> None:
     row.size = len(raw)
     row.sha256 = sha256_hex(raw)
     mail = parse_headers(raw)  # header-only checks first: what they reject is never body-parsed
-    if header_rejection(mail) is None:
+    verdict = _ses_verdict(row, mail)
+    if verdict is None and header_rejection(mail) is None:
         mail = parse_mail(raw)  # past a parsing limit: MailLimitExceeded -> quarantined at once
     _map_mail(row, mail)
-    _accept_or_reject(row, mail, now)
+    if isinstance(verdict, Quarantine):
+        mail_set_quarantined(row, reason=verdict.reason, detail=verdict.detail, now=now)
+    elif isinstance(verdict, Reject):
+        # Before the Message-ID is claimed: a forgery carrying the Message-ID of a genuine
+        # reply still on its way must not make the genuine one a "duplicate".
+        mail_reject(row, verdict.reason, verdict.detail, now)
+    else:
+        _accept_or_reject(row, mail, now)
+
+
+def _ses_verdict(row: InboundEmail, mail: ParsedMail) -> Reject | Quarantine | None:
+    """SES's verdicts from the header block, when the check is on (`verdicts.py`)."""
+    if not get_config().check_ses_verdicts:
+        return None
+    verdicts = read_ses_verdicts(mail.headers)
+    if not verdicts.any_present():
+        # Scanning off in the receipt rule, or not SES: nothing to check, and a sender's own
+        # X-SES fields would be the topmost ones; an operator should know, not guess.
+        logger.warning(
+            "mail #%s has no SES verdict headers although the verdict check is on",
+            row.pk,
+            extra={"action": "ses_verdicts_missing", "mail_key": row.store_key},
+        )
+    return screen_ses_verdicts(verdicts)
 
 
 def _map_mail(row: InboundEmail, mail: ParsedMail) -> None:
@@ -314,6 +351,11 @@ def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> Non
         max_replies_per_hour=get_config().max_replies_per_token_per_hour,
     )
     if not isinstance(decision, Accept):
+        if notification is not None:
+            # Same transaction as the rejection, under the notification's row lock (the cap).
+            notice = rejection_notice(notification=notification, reason=decision.reason, now=now)
+            if notice is not None:  # a reprocessed row keeps the notice it already had
+                row.rejection_notice = notice
         return mail_reject(row, decision.reason, decision.detail, now)
     assert notification is not None  # decide() accepts only a known notification
     if decision.unsubscribe:

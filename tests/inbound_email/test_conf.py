@@ -40,3 +40,24 @@ def test_an_empty_quarantine_prefix_is_refused_before_any_mail_could_be_lost(set
     settings.INBOUND_EMAIL_QUARANTINE_PREFIX = ""
     with pytest.raises(ImproperlyConfigured, match="INBOUND_EMAIL_QUARANTINE_PREFIX"):
         store_from_url()
+
+
+@pytest.mark.parametrize(
+    ("store", "value", "expected"),
+    [
+        ("s3://bucket/inbound", None, True),
+        ("/var/mail/inbound", None, False),
+        ("s3://bucket/inbound", False, False),
+        ("/var/mail/inbound", True, True),
+    ],
+)
+def test_the_ses_verdict_check_defaults_on_for_s3_only(settings, store, value, expected):
+    settings.INBOUND_EMAIL_STORE = store
+    settings.INBOUND_EMAIL_CHECK_SES_VERDICTS = value
+    assert get_config().check_ses_verdicts is expected
+
+
+def test_a_ses_verdict_check_that_is_not_a_boolean_is_refused(settings):
+    settings.INBOUND_EMAIL_CHECK_SES_VERDICTS = "false"
+    with pytest.raises(ImproperlyConfigured, match="INBOUND_EMAIL_CHECK_SES_VERDICTS='false'"):
+        get_config()

@@ -17,10 +17,12 @@ def test_scheduled_task_paths_exist_and_return_summaries(make_pi):
         "notifications.tasks.new_proposal_sweep",
         "notifications.tasks.proposal_review_sweep",
         "notifications.tasks.digest_sweep",
+        "notifications.tasks.reply_rejected_notices",
     ]
     results = [getattr(tasks, path.rsplit(".", 1)[1])() for path in paths]
     assert [(r["sweep"], r["sent"]) for r in results] == [
         ("new_proposal", 1),
         ("proposal_review", 1),
         ("digest", 0),
+        ("reply_rejected", 0),
     ]

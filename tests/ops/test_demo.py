@@ -84,7 +84,7 @@ def test_readme_run_command_shows_the_demo_and_starts_qcluster_on_embedded_postg
     output = log_path.read_text()
     assert "Demo run" in output
     assert "a spoofed sender       rejected" in output
-    assert "schedules: 7 created" in output
+    assert "schedules: 8 created" in output
     database = json.loads(status.stdout)["database"]
     assert database["engine"] == "postgresql"
     assert database["embedded"] is True
