@@ -27,32 +27,15 @@ import django  # noqa: E402
 
 django.setup()
 
-import psycopg  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from bench.support import ensure_database  # noqa: E402
 from ops.health import worker_health  # noqa: E402
 from ops.metrics import render_metrics  # noqa: E402
 from ops.status import worker_status  # noqa: E402
-
-
-def ensure_database() -> None:
-    params = connection.settings_dict
-    conninfo = psycopg.conninfo.make_conninfo(
-        dbname="postgres",
-        user=params.get("USER") or None,
-        password=params.get("PASSWORD") or None,
-        host=params.get("HOST") or None,
-        port=params.get("PORT") or None,
-    )
-    with psycopg.connect(conninfo, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [params["NAME"]]
-        ).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{params["NAME"]}"')
 
 
 def fill(jobs: int, mails: int) -> None:

@@ -123,16 +123,10 @@ def run_store(name: str, url: str, mails: list[bytes]) -> None:
     baseline = time.perf_counter() - started
 
     # Whole path.
-    from django.db import connection
+    from bench.support import counting_statements
 
     fill(store, mails, f"{name}-path")
-    statements = [0]
-
-    def count(execute, sql, params, many, context):
-        statements[0] += 1
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(count):
+    with counting_statements() as statements:
         started = time.perf_counter()
         summary = poll_once(store=store, limit=len(mails) + 10)
         polled = time.perf_counter() - started

@@ -16,24 +16,15 @@ ORM, the registry, the summary, the heartbeat thread.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
-# As in production (the image sets DEBUG=false): with DEBUG on, Django's debug cursor times
-# and records every query, which alone cost the runner about a quarter of its speed here.
-os.environ.setdefault("DEBUG", "false")
-if os.environ["DEBUG"].lower() in {"false", "0", "no", "off"}:
-    os.environ.setdefault("SECRET_KEY", "bench-only-" + "x" * 40)
+from bench.support import setup_django_like_production  # noqa: E402
 
-import django  # noqa: E402
-
-django.setup()
+setup_django_like_production()
 
 import psycopg  # noqa: E402
 from django.conf import settings  # noqa: E402
@@ -41,6 +32,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
+from bench.support import dsn_from_settings, ensure_database  # noqa: E402
 from jobs import handler, run_pending  # noqa: E402
 
 
@@ -119,29 +111,6 @@ def bench_bare(count: int, dsn: str, batch: int) -> tuple[float, float]:
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     assert done == count, done
     return count / elapsed, cpu / count * 1e6
-
-
-def dsn_from_settings() -> str:
-    params = connection.settings_dict
-    return psycopg.conninfo.make_conninfo(
-        dbname=params["NAME"],
-        user=params.get("USER") or None,
-        password=params.get("PASSWORD") or None,
-        host=params.get("HOST") or None,
-        port=params.get("PORT") or None,
-    )
-
-
-def ensure_database() -> None:
-    """Create the benchmark database on first use (the docstring promises it)."""
-    params = connection.settings_dict
-    maintenance = psycopg.conninfo.make_conninfo(dsn_from_settings(), dbname="postgres")
-    with psycopg.connect(maintenance, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", [params["NAME"]]
-        ).fetchone()
-        if not exists:
-            conn.execute(f'CREATE DATABASE "{params["NAME"]}"')
 
 
 def main() -> None:

@@ -29,16 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
-# As in production (the image sets DEBUG=false); the qcluster child inherits it.
-os.environ.setdefault("DEBUG", "false")
-if os.environ["DEBUG"].lower() in {"false", "0", "no", "off"}:
-    os.environ.setdefault("SECRET_KEY", "bench-only-" + "x" * 40)
+from bench.support import setup_django_like_production  # noqa: E402
 
-import django  # noqa: E402
-
-django.setup()
+setup_django_like_production()
 
 import psycopg  # noqa: E402
 from django.conf import settings  # noqa: E402
@@ -46,6 +39,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 from django_q.models import OrmQ  # noqa: E402
 
+from bench.support import dsn_from_settings, ensure_database  # noqa: E402
 from jobs import enqueue  # noqa: E402
 from jobs.models import Job  # noqa: E402
 from jobs.wakeup import wake_tasks_in_broker  # noqa: E402
@@ -56,26 +50,6 @@ INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, r
                       created_at, locked_by, last_error)
 VALUES (%s, %s, 'queued', 0, 0, 3, now(), clock_timestamp(), '', '')
 """
-
-
-def dsn() -> str:
-    params = connection.settings_dict
-    return psycopg.conninfo.make_conninfo(
-        dbname=params["NAME"],
-        user=params.get("USER") or None,
-        password=params.get("PASSWORD") or None,
-        host=params.get("HOST") or None,
-        port=params.get("PORT") or None,
-    )
-
-
-def ensure_database() -> None:
-    name = connection.settings_dict["NAME"]
-    with psycopg.connect(
-        psycopg.conninfo.make_conninfo(dsn(), dbname="postgres"), autocommit=True
-    ) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 class Sampler(threading.Thread):
@@ -104,7 +78,7 @@ def produce(producer: str, rate: float, seconds: float, label: str) -> int:
     """Insert jobs at a steady `rate` for `seconds`; return how many."""
     count = int(rate * seconds)
     payload = json.dumps({"run": label})
-    conn = psycopg.connect(dsn(), autocommit=True) if producer == "insert" else None
+    conn = psycopg.connect(dsn_from_settings(), autocommit=True) if producer == "insert" else None
     start = time.perf_counter()
     try:
         for i in range(count):
@@ -165,7 +139,7 @@ def start_qcluster(workers: int) -> subprocess.Popen:
         start_new_session=True,
     )
     deadline = time.monotonic() + 60
-    with psycopg.connect(dsn(), autocommit=True) as conn:
+    with psycopg.connect(dsn_from_settings(), autocommit=True) as conn:
         while not conn.execute(
             "SELECT 1 FROM pg_stat_activity WHERE application_name = 'jobs-wake-listener' "
             "AND datname = current_database()"

@@ -55,11 +55,11 @@ def accept(store, count: int, tag: str) -> None:
 
 
 def relay_all(*, unsure: bool) -> tuple[float, float, int]:
-    from django.db import connection
     from django.utils import timezone
 
+    from bench.support import counting_statements
     from inbound_email.models import Reply
-    from inbound_email.services import RELAY_JOB_KIND
+    from inbound_email.services.relay import RELAY_JOB_KIND
     from jobs import enqueue, run_pending
 
     pending = list(Reply.objects.filter(relay_status="pending").values_list("pk", flat=True))
@@ -67,13 +67,7 @@ def relay_all(*, unsure: bool) -> tuple[float, float, int]:
         Reply.objects.filter(pk__in=pending).update(relay_unsure_since=timezone.now())
     for reply_id in pending:
         enqueue(RELAY_JOB_KIND, {"reply_id": reply_id})
-    statements = [0]
-
-    def count(execute, sql, params, many, context):
-        statements[0] += 1
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(count):
+    with counting_statements() as statements:
         started = time.perf_counter()
         run_pending()
         seconds = time.perf_counter() - started

@@ -24,15 +24,12 @@ writes what it decided.
 from __future__ import annotations
 
 import logging
-import traceback
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import (
     DatabaseError,
     IntegrityError,
-    InterfaceError,
-    OperationalError,
     connection,
     transaction,
 )
@@ -41,9 +38,9 @@ from django.db.models.functions import Lower
 from django.utils import timezone
 
 from inbound_email.conf import get_config
-from inbound_email.exceptions import MailLimitExceeded, StoreError, StoreNotFound
+from inbound_email.exceptions import StoreNotFound
 from inbound_email.models import InboundEmail, Reply
-from inbound_email.parsing import ParsedMail, parse_headers, parse_mail, raw_preview
+from inbound_email.parsing import ParsedMail, parse_headers, parse_mail
 from inbound_email.replies import header_rejection
 from inbound_email.services.acceptance import (
     Accept,
@@ -55,8 +52,8 @@ from inbound_email.services.acceptance import (
     screen_ses_verdicts,
 )
 from inbound_email.services.ledger import (
-    backoff_seconds,
     mail_finish,
+    mail_record_failure,
     mail_reject,
     mail_set_quarantined,
     reply_complete,
@@ -189,7 +186,7 @@ def inbound_email_handle(*, inbound_email_id: int, store: MailStore) -> Outcome 
                 except Exception as exc:  # noqa: BLE001 - one object's failure never stops the batch
                     raw_read = row.raw  # the bytes survive the rollback: keep them for the admin
                     row = InboundEmail.objects.select_for_update().get(pk=claimed.pk)
-                    _record_failure(row, exc, now, raw=raw_read)
+                    mail_record_failure(row, exc, now, raw=raw_read)
         except DatabaseError as exc:
             if not connection_lost(exc):
                 raise
@@ -201,7 +198,7 @@ def inbound_email_handle(*, inbound_email_id: int, store: MailStore) -> Outcome 
                 row = _claimed_row(claimed)
                 if row is None:
                     return None
-                _record_failure(row, exc, now)
+                mail_record_failure(row, exc, now)
         claimed = row
     return Outcome(str(claimed.status), str(claimed.reason), claimed.pk)
 
@@ -403,52 +400,3 @@ def _record_reply(
         reply_relay_enqueue(reply_id=reply.pk)
     else:
         reply_complete(reply, row, now)
-
-
-# --- failures -------------------------------------------------------------------------------
-
-
-def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, StoreError):
-        return exc.transient
-    return isinstance(exc, OperationalError | InterfaceError | TimeoutError | ConnectionError)
-
-
-def _record_failure(
-    row: InboundEmail, exc: BaseException, now: datetime, *, raw: bytes | None = None
-) -> None:
-    """Count the error on the row: retry a transient one later, quarantine anything else."""
-    config = get_config()
-    row.last_error = "".join(traceback.format_exception(exc))[-20_000:]
-    transient = _is_transient(exc)
-    if raw is not None and not transient:
-        # What the admin shows of a quarantined mail, without the parser that may have failed.
-        row.raw, row.size, row.sha256 = raw, len(raw), sha256_hex(raw)
-        row.headers_text, row.body_text = raw_preview(raw)
-    if transient and row.attempts < config.max_attempts:
-        delay = backoff_seconds(
-            row.attempts, base=config.retry_base_seconds, cap=config.retry_cap_seconds
-        )
-        row.next_attempt_at = now + timedelta(seconds=delay)
-        row.save(update_fields=["last_error", "next_attempt_at", "updated_at"])
-        logger.warning(
-            "mail #%s failed (attempt %s, retry in %.0fs): %s",
-            row.pk,
-            row.attempts,
-            delay,
-            exc,
-            extra={"action": "mail_retry", "mail_key": row.store_key, "attempt": row.attempts},
-        )
-        return
-    if isinstance(exc, MailLimitExceeded):  # hostile or absurd mail: the limit is the reason
-        mail_set_quarantined(row, reason=Reason(exc.reason), detail=str(exc), now=now)
-        return
-    reason = Reason.TOO_MANY_ATTEMPTS if transient else Reason.PERMANENT_ERROR
-    mail_set_quarantined(row, reason=reason, detail=f"{type(exc).__name__}: {exc}"[:2000], now=now)
-    logger.error(
-        "mail #%s quarantined after error: %s",
-        row.pk,
-        exc,
-        exc_info=exc,
-        extra={"action": "mail_failed", "mail_key": row.store_key, "attempt": row.attempts},
-    )

@@ -4,9 +4,16 @@ instruction delivered): finish, reject, quarantine, and "this reply now counts".
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+import traceback
+from datetime import datetime, timedelta
 
+from django.db import InterfaceError, OperationalError
+
+from inbound_email.conf import get_config
+from inbound_email.exceptions import MailLimitExceeded, StoreError
 from inbound_email.models import InboundEmail, Reply
+from inbound_email.parsing import raw_preview
+from inbound_email.stores import sha256_hex
 from jobs.backoff import retry_delay
 from notifications.exceptions import NotificationNotOpen
 from notifications.models import EmailNotification
@@ -97,3 +104,50 @@ def reply_complete(reply: Reply, row: InboundEmail, now: datetime) -> None:
         reply.save()
     _count_answer(reply, now)
     mail_finish(row, Status.PROCESSED, Reason.NONE, "", now)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, StoreError):
+        return exc.transient
+    return isinstance(exc, OperationalError | InterfaceError | TimeoutError | ConnectionError)
+
+
+def mail_record_failure(
+    row: InboundEmail, exc: BaseException, now: datetime, *, raw: bytes | None = None
+) -> None:
+    """Count an attempt's error on the row: retry a transient one after the backoff,
+    quarantine anything else (a parse limit with the limit as its reason)."""
+    config = get_config()
+    row.last_error = "".join(traceback.format_exception(exc))[-20_000:]
+    transient = _is_transient(exc)
+    if raw is not None and not transient:
+        # What the admin shows of a quarantined mail, without the parser that may have failed.
+        row.raw, row.size, row.sha256 = raw, len(raw), sha256_hex(raw)
+        row.headers_text, row.body_text = raw_preview(raw)
+    if transient and row.attempts < config.max_attempts:
+        delay = backoff_seconds(
+            row.attempts, base=config.retry_base_seconds, cap=config.retry_cap_seconds
+        )
+        row.next_attempt_at = now + timedelta(seconds=delay)
+        row.save(update_fields=["last_error", "next_attempt_at", "updated_at"])
+        logger.warning(
+            "mail #%s failed (attempt %s, retry in %.0fs): %s",
+            row.pk,
+            row.attempts,
+            delay,
+            exc,
+            extra={"action": "mail_retry", "mail_key": row.store_key, "attempt": row.attempts},
+        )
+        return
+    if isinstance(exc, MailLimitExceeded):  # hostile or absurd mail: the limit is the reason
+        mail_set_quarantined(row, reason=Reason(exc.reason), detail=str(exc), now=now)
+        return
+    reason = Reason.TOO_MANY_ATTEMPTS if transient else Reason.PERMANENT_ERROR
+    mail_set_quarantined(row, reason=reason, detail=f"{type(exc).__name__}: {exc}"[:2000], now=now)
+    logger.error(
+        "mail #%s quarantined after error: %s",
+        row.pk,
+        exc,
+        exc_info=exc,
+        extra={"action": "mail_failed", "mail_key": row.store_key, "attempt": row.attempts},
+    )

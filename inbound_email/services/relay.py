@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -34,9 +33,14 @@ from inbound_email.conf import get_config
 from inbound_email.exceptions import SlackLookupError, SlackPostError
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.services.ledger import backoff_seconds, reply_complete
+from inbound_email.services.relay_message import (
+    RELAY_EVENT_TYPE,
+    cut_text_note,
+    relay_metadata,
+    slack_text,
+)
 from inbound_email.services.store_sync import inbound_email_finalize
 from inbound_email.slack import (
-    escape_mrkdwn,
     find_message,
     post_message,
     post_outcome_unknown,
@@ -49,10 +53,8 @@ logger = logging.getLogger(__name__)
 
 RELAY_JOB_KIND = "inbound_email.relay_reply"
 RELAY_STALE_SECONDS = 900  # a pending relay this overdue lost its wake-up: enqueue it again
-SLACK_TEXT_LIMIT = 3000  # characters of instruction in the Slack message (full text kept)
 
 
-RELAY_EVENT_TYPE = "pi_instruction"  # Slack message metadata of a relayed instruction
 RELAY_LOOKUP_MARGIN_SECONDS = 120  # history searched from this long before the unsure claim
 RELAY_LOOKUP_MAX_PAGES = 10  # of 200 messages; a longer history since then is a failed lookup
 
@@ -81,48 +83,10 @@ class RelayResult:
     retry_after: float | None = None
 
 
-def relay_metadata(reply_id: int) -> dict[str, Any]:
-    """The Slack message metadata that identifies the post of a reply's instruction."""
-    return {"event_type": RELAY_EVENT_TYPE, "event_payload": {"reply_id": reply_id}}
-
-
-def cut_text_note(reply: Reply) -> str:
-    """A line telling the PI's team that text of the mail was not relayed ("" when none)."""
-    n = reply.cut_lines
-    if not n:
-        return ""
-    lines = "1 line" if n == 1 else f"{n} lines"
-    verb = "was" if n == 1 else "were"
-    return (
-        f"[{lines} of quoted/trailing text {verb} not relayed; see reply #{reply.pk} in the admin]"
-    )
-
-
 def reply_relay_enqueue(*, reply_id: int, run_after: datetime | None = None) -> None:
     """Queue one relay attempt in the caller's transaction (visible at its commit)."""
     options = {} if run_after is None else {"run_after": run_after}
     enqueue(RELAY_JOB_KIND, {"reply_id": reply_id}, **options)
-
-
-def slack_text(reply: Reply) -> str:
-    notification = reply.notification
-    user = notification.user
-    who = user.get_full_name() or user.get_username()
-    title = (
-        notification.proposal.title if notification.proposal else f"notification {notification.pk}"
-    )
-    instruction = reply.instruction
-    if len(instruction) > SLACK_TEXT_LIMIT:
-        instruction = (
-            instruction[:SLACK_TEXT_LIMIT]
-            + f"\n[… truncated; the full text is reply #{reply.pk} in the admin]"
-        )
-    note = cut_text_note(reply)
-    return (
-        f"Instruction by email reply from {escape_mrkdwn(who)} on "
-        f"\u201c{escape_mrkdwn(title)}\u201d:\n{escape_mrkdwn(instruction)}"
-        + (f"\n{escape_mrkdwn(note)}" if note else "")
-    )
 
 
 def reply_relay_sweep(*, stale_seconds: float = RELAY_STALE_SECONDS) -> int:
@@ -337,13 +301,7 @@ def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
                 error = f"unsure whether an earlier post arrived; {error}"
             _schedule_relay_retry(reply, error=error, retry_after=result.retry_after, now=now)
             return "retry"
-        row = InboundEmail.objects.select_for_update().get(pk=reply.inbound_email_id)
-        reply_complete(reply, row, now)
-        inbound_email_id = reply.inbound_email_id
-        transaction.on_commit(
-            lambda: inbound_email_finalize(ids=[inbound_email_id], store=default_store()),
-            robust=True,
-        )
+        _complete_and_release_mail(reply, now)
     return outcome
 
 
@@ -362,15 +320,21 @@ def _relay_to_inbox(*, reply_id: int, now: datetime) -> str:
             if unsure
             else "",
         )
-        row = InboundEmail.objects.select_for_update().get(pk=reply.inbound_email_id)
-        reply_complete(reply, row, now)
-        # The mail leaves the intake only after the outcome commits.
-        inbound_email_id = reply.inbound_email_id
-        transaction.on_commit(
-            lambda: inbound_email_finalize(ids=[inbound_email_id], store=default_store()),
-            robust=True,
-        )
+        _complete_and_release_mail(reply, now)
     return "inboxed"
+
+
+def _complete_and_release_mail(reply: Reply, now: datetime) -> None:
+    """The instruction is handled durably: the reply counts and its mail is processed. The
+    mail leaves the intake only after this transaction commits (never before: a rollback
+    would leave the row awaiting relay with its mail gone)."""
+    row = InboundEmail.objects.select_for_update().get(pk=reply.inbound_email_id)
+    reply_complete(reply, row, now)
+    inbound_email_id = reply.inbound_email_id
+    transaction.on_commit(
+        lambda: inbound_email_finalize(ids=[inbound_email_id], store=default_store()),
+        robust=True,
+    )
 
 
 def _schedule_relay_retry(

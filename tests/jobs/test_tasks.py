@@ -4,7 +4,6 @@ qcluster."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from datetime import timedelta
 
@@ -17,7 +16,7 @@ from jobs import enqueue
 from jobs.models import Job
 from jobs.tasks import prune_completed_jobs, reap_stale_jobs, run_due_jobs
 from ops.schedules import SCHEDULES
-from tests.support.processes import PROJECT_ROOT, stop_process_group
+from tests.support.processes import spawn_manage_py, stop_process_group
 
 
 def test_every_jobs_schedule_points_at_a_function_here():
@@ -89,13 +88,8 @@ def test_a_job_committed_while_the_cluster_runs_starts_within_seconds(worker_env
         "LOG_FORMAT": "text",
     }
     with log.open("w") as out:
-        cluster = subprocess.Popen(
-            [sys.executable, str(PROJECT_ROOT / "manage.py"), "qcluster"],
-            env=env,
-            cwd=PROJECT_ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        cluster = spawn_manage_py(
+            "qcluster", env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
         deadline = time.monotonic() + 60

@@ -4,7 +4,6 @@ tasks, and a real qcluster starting jobs that any producer inserted."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from jobs import enqueue
 from jobs.models import Job
 from jobs.services import jobs_retry_now
 from jobs.wakeup import CHANNEL, WAKE_TASK, WakeListener, request_wake, wake_tasks_in_broker
-from tests.support.processes import PROJECT_ROOT, stop_process_group
+from tests.support.processes import spawn_manage_py, stop_process_group
 from tests.support.wakeup import listening, plain_insert, raw_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -141,13 +140,8 @@ def test_the_listener_reconnects_after_losing_its_connection_and_wakes_for_what_
 @contextmanager
 def _qcluster(env: dict[str, str], log_path) -> Iterator[subprocess.Popen]:
     with log_path.open("w") as out:
-        cluster = subprocess.Popen(
-            [sys.executable, str(PROJECT_ROOT / "manage.py"), "qcluster"],
-            env=env,
-            cwd=PROJECT_ROOT,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        cluster = spawn_manage_py(
+            "qcluster", env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
         deadline = time.monotonic() + 60
