@@ -9,6 +9,7 @@
         slack.posts        # every chat.postMessage answered ok (parsed args), in order
         slack.calls        # every call of any method: Call(method, args, status)
         slack.channel_messages("C1")   # what the channel shows: every message it kept
+        slack.channels()               # the channels that kept a message
 
 Point the app at it with settings.SLACK_API_URL = slack.base_url. Responses are scripted per
 call (FIFO, shared by all methods, or per method with `script(..., method=...)`); with an
@@ -209,6 +210,11 @@ class SlackServer:
     def attempts(self, method: str = "chat.postMessage") -> list[Call]:
         with self._lock:
             return [c for c in self.calls if c.method == method]
+
+    def channels(self) -> list[str]:
+        """Every channel that kept a message."""
+        with self._lock:
+            return sorted(self._messages)
 
     def channel_messages(self, channel: str) -> list[dict[str, Any]]:
         """Every message the channel kept (oldest first), whatever the poster was answered."""

@@ -6,12 +6,14 @@ Two qclusters on PostgreSQL with S3/SES (moto, server mode) and the local Slack 
 from plain SQL, PIs are mailed about new proposals and their replies land in the intake.
 Once quiet: every job completed once (or failed with a reason), no live job was reaped,
 every mail is final and out of the intake, no notification phantom-sent or lost, every
-instruction posted or inboxed, no writer slot held by two live processes.
+instruction posted exactly once (counted from the Slack server's kept channel messages by the
+reply id in their metadata) or inboxed, never both, no writer slot held by two live
+processes.
 
-Instructions are asserted "at least once, never lost": the Slack post still runs inside the
-relay job's transaction, so a worker killed (or a post that times out) after Slack accepted
-it posts it again; the duplicates are reported as a figure, not asserted (issue 10 point 3
-moves the post out of the transaction).
+Slack's slow answers come after the client's SLACK_TIMEOUT (10 s, its minimum), so posts
+land and the worker is not told: the relay must find them in `conversations.history`
+instead of posting again, as it must after a 500 or a worker SIGKILLed between its post and
+its record.
 """
 
 from __future__ import annotations
