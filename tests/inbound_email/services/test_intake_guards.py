@@ -19,6 +19,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from inbound_email.conf import get_config
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.services.intake import (
     CLAIM_LEASE_SECONDS,
@@ -137,3 +138,31 @@ def test_a_leased_row_is_not_claimed_again_before_its_lease_runs_out(folder_stor
     row.refresh_from_db()
     assert row.attempts == 2
     assert Reply.objects.get().rating == 5
+
+
+@pytest.mark.django_db
+def test_a_leased_row_on_its_last_attempt_is_not_quarantined_before_its_lease_runs_out(
+    folder_store, notification
+):
+    """Another poller has just claimed the mail's last attempt (attempts spent, lease live)
+    and is about to handle it. A second poller must leave it alone, not quarantine it as
+    "gave up": the last attempt would never run. Once the lease is over with no outcome (the
+    first poller died on it), the mail is quarantined for too many attempts."""
+    folder_store.put("m", build_mail(token=notification.token, body="5"))
+    [row] = inbound_email_register(
+        objects=[obj for page in folder_store.list() for obj in page]
+    ).values()
+    spent = get_config().max_attempts
+    InboundEmail.objects.filter(pk=row.pk).update(
+        attempts=spent, next_attempt_at=timezone.now() + timedelta(seconds=CLAIM_LEASE_SECONDS)
+    )
+
+    assert inbound_email_handle(inbound_email_id=row.pk, store=folder_store) is None
+    row.refresh_from_db()
+    assert (row.status, row.attempts, row.quarantine_key) == (Status.RECEIVED, spent, "")
+
+    InboundEmail.objects.filter(pk=row.pk).update(next_attempt_at=timezone.now())  # lease over
+    outcome = inbound_email_handle(inbound_email_id=row.pk, store=folder_store)
+    assert outcome is not None and outcome.status == Status.QUARANTINED
+    row.refresh_from_db()
+    assert row.reason == InboundEmail.Reason.TOO_MANY_ATTEMPTS

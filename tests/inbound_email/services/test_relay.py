@@ -641,3 +641,36 @@ def test_a_relay_whose_transaction_rolls_back_keeps_the_mail_in_the_intake(
     assert Message.objects.get().text == "Please cut section 3."
     notification.refresh_from_db()
     assert notification.status == EmailNotification.Status.RESPONDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_posted_relay_whose_record_rolls_back_keeps_the_mail_in_the_intake(
+    folder_store, notification, slack
+):
+    """Mutant: the Slack path calling inbound_email_finalize inside the record's transaction
+    instead of on_commit. A record that then fails to commit would leave the row waiting for
+    the relay with its mail already gone from the intake."""
+    reply = accepted_instruction(folder_store, notification)
+    claim = reply_relay_claim(reply_id=reply.pk, now=timezone.now())
+    assert claim is not None
+    ts = post_message(
+        channel=claim.channel, text=claim.text, metadata=relay_metadata(claim.reply_id)
+    )
+
+    with pytest.raises(CommitFailed), transaction.atomic():
+        assert reply_relay_record(claim=claim, result=RelayResult("posted", ts=ts)) == "posted"
+        raise CommitFailed
+
+    row = InboundEmail.objects.get()
+    assert (row.status, row.intake_deleted) == (Status.AWAITING_RELAY, False)
+    assert intake_keys(folder_store) == ["m"]
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.POSTING
+    assert not responded(notification)
+
+    assert reply_relay_record(claim=claim, result=RelayResult("posted", ts=ts)) == "posted"
+    row.refresh_from_db()
+    assert (row.status, row.intake_deleted) == (Status.PROCESSED, True)
+    assert intake_keys(folder_store) == []
+    assert responded(notification)
+    assert len(slack.channel_messages(CHANNEL)) == 1
