@@ -13,6 +13,7 @@ from django.db import OperationalError, connection
 
 from notifications.models import EmailNotification
 from notifications.sweeps import sweep_new_proposals
+from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,8 +68,8 @@ def test_a_lost_connection_mid_batch_delivers_nothing_of_the_batch_then_sends_on
     with connection.cursor() as cursor:
         cursor.execute("DROP TRIGGER test_kill_session ON notifications_emailnotification")
         cursor.execute("DROP FUNCTION test_kill_session()")
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
-        assert cursor.fetchone()[0] == 0  # the lock went with the session
+    # The client hears FATAL before the dying backend has exited and let go of its locks.
+    wait_until(lambda: _advisory_locks() == 0, "the lock to go with the session", timeout=30)
 
     summary = sweep_new_proposals()
 
@@ -113,3 +114,9 @@ def test_a_connection_lost_while_recording_a_send_is_recorded_after_reconnecting
     assert sorted(sent.values_list("ses_message_id", flat=True)) == sorted(
         message.id for message in ses.messages
     )
+
+
+def _advisory_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+        return cursor.fetchone()[0]

@@ -9,7 +9,7 @@ import zlib
 
 import psycopg
 import pytest
-from django.db import IntegrityError
+from django.db import IntegrityError, connection
 
 from notifications.models import EmailNotification
 from notifications.sweeps import sweep_new_proposals
@@ -93,7 +93,17 @@ def test_a_sweep_already_running_elsewhere_is_not_run_twice(make_pi):
     key = zlib.crc32(b"notifications.sweep.new_proposal")
     with psycopg.connect(processes.test_database_url(), autocommit=True) as other_worker:
         other_worker.execute("SELECT pg_advisory_lock(%s)", (key,))
+        other_pid = other_worker.info.backend_pid
         summary = sweep_new_proposals()
         assert summary.busy and summary.users == 0
         assert not EmailNotification.objects.exists()
+    # Closing the socket returns before the server process has exited and let go of its
+    # locks; a worker that died is only gone once its backend is.
+    processes.wait_until(lambda: not _backend_alive(other_pid), "the other session's backend")
     assert sweep_new_proposals().sent == 1  # the lock went with the other session
+
+
+def _backend_alive(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)", [pid])
+        return cursor.fetchone()[0]
