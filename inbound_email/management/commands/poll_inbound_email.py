@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import signal
-import threading
 
 from django.core.management.base import BaseCommand
 
 from inbound_email.conf import get_config
 from inbound_email.poller import poll_once
-from project.reconnect import service_loop
+from project.command_loop import run_until_stopped
 
 
 class Command(BaseCommand):
@@ -37,20 +35,12 @@ class Command(BaseCommand):
         if once:
             self._pass(limit)
             return
-        stop = threading.Event()
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-        try:
-            service_loop(
-                lambda: self._pass(limit),
-                what="poll_inbound_email",
-                stop=stop,
-                idle_seconds=lambda _summary: interval,
-            )
-            self.stdout.write("SIGTERM: stopped")
-        except KeyboardInterrupt:
-            self.stdout.write("interrupted: stopped")
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        run_until_stopped(
+            lambda _stop: self._pass(limit),
+            what="poll_inbound_email",
+            idle_seconds=lambda _summary: interval,
+            stdout=self.stdout,
+        )
 
     def _pass(self, limit: int | None) -> None:
         summary = poll_once(limit=limit)

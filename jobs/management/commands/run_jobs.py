@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-
 from django.core.management.base import BaseCommand
 
 from jobs.conf import get_config
 from jobs.runner import RunSummary, run_pending
-from project.reconnect import service_loop
+from project.command_loop import run_until_stopped, stopped_by_signals
 
 
 class Command(BaseCommand):
@@ -25,23 +22,16 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=None, help="run at most N jobs")
 
     def handle(self, *args, burst: bool, limit: int | None, **options):
-        stop = threading.Event()
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-        try:
-            if burst:
+        if burst:
+            with stopped_by_signals(self.stdout) as stop:
                 self._report(run_pending(limit=limit, stop=stop), always=True)
-                return
-            service_loop(
-                lambda: self._report(run_pending(limit=limit, stop=stop)),
-                what="run_jobs",
-                stop=stop,
-                idle_seconds=lambda summary: 0 if summary.claimed else get_config().poll_seconds,
-            )
-            self.stdout.write("SIGTERM: stopped")
-        except KeyboardInterrupt:
-            self.stdout.write("interrupted: stopped")
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+            return
+        run_until_stopped(
+            lambda stop: self._report(run_pending(limit=limit, stop=stop)),
+            what="run_jobs",
+            idle_seconds=lambda summary: 0 if summary.claimed else get_config().poll_seconds,
+            stdout=self.stdout,
+        )
 
     def _report(self, summary: RunSummary, *, always: bool = False) -> RunSummary:
         if always or summary.claimed:

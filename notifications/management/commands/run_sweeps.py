@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import signal
-import threading
-
 from django.core.management.base import BaseCommand, CommandParser
 
 from notifications.sweeps import SWEEPS, run_sweep
-from project.reconnect import service_loop
+from project.command_loop import run_until_stopped
 
 
 class Command(BaseCommand):
@@ -32,20 +29,12 @@ class Command(BaseCommand):
         if once:
             self._cycle(kinds)
             return
-        stop = threading.Event()
-        previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
-        try:
-            service_loop(
-                lambda: self._cycle(kinds),
-                what="run_sweeps",
-                stop=stop,
-                idle_seconds=lambda _result: interval,
-            )
-            self.stdout.write("SIGTERM: stopped")
-        except KeyboardInterrupt:
-            self.stdout.write("interrupted: stopped")
-        finally:
-            signal.signal(signal.SIGTERM, previous)
+        run_until_stopped(
+            lambda _stop: self._cycle(kinds),
+            what="run_sweeps",
+            idle_seconds=lambda _result: interval,
+            stdout=self.stdout,
+        )
 
     def _cycle(self, kinds: list[str]) -> None:
         for kind in kinds:
