@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Func, Q, Value
+from django.db.models.lookups import Exact
 from django.utils import timezone
+
+# The timestamps Python (and so every reader: the runner's claim, worker_status, the admin)
+# can load: PostgreSQL also stores 'infinity', '-infinity' and years past 9999 or BC, which
+# psycopg refuses to load, so one such row failed every query that read it (a due
+# '-infinity' row stopped every claim). A day inside Python's range on either side, so a
+# value survives conversion to any time zone.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 
 
 class Job(models.Model):
@@ -63,6 +74,39 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(completed_at__isnull=True) | Q(status="completed"),
                 name="jobs_job_completed_at_only_when_completed",
+            ),
+            # The rules below stop a plain INSERT from another producer (docs/jobs.md) with
+            # a value the loop could never handle: each such row used to stay forever
+            # without anybody being told (or, for the timestamps, stopped the whole queue).
+            models.CheckConstraint(
+                condition=Q(
+                    status__in=["queued", "processing", "completed", "failed", "cancelled"]
+                ),
+                name="jobs_job_status_known",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gte=1), name="jobs_job_max_attempts_positive"
+            ),
+            models.CheckConstraint(
+                # Without a lease the reaper never reclaims the row if its worker dies.
+                condition=~Q(status="processing") | Q(lease_expires_at__isnull=False),
+                name="jobs_job_processing_has_lease",
+            ),
+            models.CheckConstraint(
+                # Handlers take a dict; a JSON null, list or scalar can never succeed.
+                condition=Exact(
+                    Func(F("payload"), function="jsonb_typeof", output_field=models.TextField()),
+                    Value("object"),
+                ),
+                name="jobs_job_payload_is_object",
+            ),
+            models.CheckConstraint(
+                condition=Q(run_after__range=(EARLIEST, LATEST)),
+                name="jobs_job_run_after_in_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(created_at__range=(EARLIEST, LATEST)),
+                name="jobs_job_created_at_in_range",
             ),
         ]
 

@@ -206,7 +206,9 @@ def _run_one(
             outcome = "lost"
         setattr(summary, outcome, getattr(summary, outcome) + 1)
         summary.errors.append(
-            redact_emails(f"#{job.id} {job.kind}: {type(exc).__name__}: {exc}")[:300]
+            redact_emails(
+                f"#{job.id} {job.kind}: {type(exc).__name__}: {services.exception_message(exc)}"
+            )[:300]
         )
         log = logger.error if outcome == "failed" else logger.warning
         log(
@@ -217,7 +219,7 @@ def _run_one(
             job.max_attempts,
             outcome,
             type(exc).__name__,
-            redact_emails(str(exc)),
+            redact_emails(services.exception_message(exc)),
             extra={"action": f"job_{outcome}", **context},
         )
         if isinstance(exc, PROCESS_STOPPING):

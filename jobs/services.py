@@ -213,6 +213,25 @@ def job_heartbeat(*, worker: str) -> int:
     )
 
 
+def exception_message(exc: BaseException) -> str:
+    """`str(exc)` that never raises and holds no NUL character.
+
+    Recording a failure must not fail in turn: an error quoting hostile input may carry a
+    NUL, which PostgreSQL text refuses (the UPDATE raised and crashed the drain), and an
+    exception's own `__str__` may raise. Shown as `\\x00` and a placeholder instead.
+    """
+    try:
+        text = str(exc)
+    except Exception as failure:  # noqa: BLE001 - the placeholder names what went wrong
+        text = f"<str() failed: {type(failure).__name__}>"
+    return without_nul(text)
+
+
+def without_nul(text: str) -> str:
+    """`text` storable in a PostgreSQL text column: each NUL written as `\\x00`."""
+    return text.replace("\x00", "\\x00")
+
+
 def format_error(exc: BaseException) -> str:
     """`module.Type: message` then the traceback's tail, so the admin shows what and where."""
     kind = type(exc)
@@ -221,8 +240,8 @@ def format_error(exc: BaseException) -> str:
         if kind.__module__ == "builtins"
         else f"{kind.__module__}.{kind.__qualname__}"
     )
-    head = f"{name}: {exc}".strip()
-    tb = "".join(traceback.format_exception(exc))
+    head = f"{name}: {exception_message(exc)}".strip()
+    tb = without_nul("".join(traceback.format_exception(exc)))
     text = f"{head}\n\n{tb}"
     if len(text) > LAST_ERROR_MAX_CHARS:
         keep = LAST_ERROR_MAX_CHARS - len(head) - 40

@@ -171,3 +171,19 @@ def lose_connection_after_commit(payload: dict) -> None:
 
     get_user_model().objects.create(username=payload["username"])
     transaction.on_commit(terminate)
+
+
+@handler("tests.nul_in_error")
+def nul_in_error(payload: dict) -> None:
+    """Hostile input quoted in an error: PostgreSQL text cannot hold a NUL character."""
+    raise ValueError("unexpected byte \x00 in the input")
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("this exception cannot describe itself")
+
+
+@handler("tests.unprintable_error")
+def unprintable_error(payload: dict) -> None:
+    raise UnprintableError()

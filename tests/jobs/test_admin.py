@@ -42,7 +42,13 @@ def _failed_jobs(quantity: int, **fields) -> None:
 
 def _running_job() -> Job:
     return baker.make(
-        Job, kind="k", status=Job.Status.PROCESSING, attempts=1, max_attempts=3, locked_by="w"
+        Job,
+        kind="k",
+        status=Job.Status.PROCESSING,
+        attempts=1,
+        max_attempts=3,
+        locked_by="w",
+        lease_expires_at=timezone.now() + timedelta(minutes=2),
     )
 
 

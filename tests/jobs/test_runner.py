@@ -220,3 +220,29 @@ def test_drain_deadline_is_checked_before_each_job_and_unstarted_claims_are_give
     settings.JOBS_DRAIN_SECONDS = 60
     assert run_due_jobs()["completed"] == 4 - len(ran)
     assert set(Job.objects.values_list("status", "attempts")) == {(Job.Status.COMPLETED, 1)}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("kind", "error"),
+    [
+        ("tests.nul_in_error", "ValueError: unexpected byte \\x00 in the input"),
+        ("tests.unprintable_error", "tests.jobs.handlers.UnprintableError: <str() failed"),
+    ],
+)
+def test_an_error_whose_text_cannot_be_stored_is_still_recorded_and_the_drain_goes_on(kind, error):
+    """A handler error quoting a NUL byte made recording the failure raise (PostgreSQL text
+    cannot hold one), and an exception whose str() raised broke the runner's catch-all: the
+    drain crashed, the row stayed `processing` until the reaper, and the rest of the batch
+    was given back unrun."""
+    bad = enqueue(kind, priority=1)
+    good = enqueue("tests.noop")
+
+    summary = run_pending()
+
+    assert (summary.claimed, summary.retried, summary.completed) == (2, 1, 1)
+    bad.refresh_from_db()
+    assert bad.status == Job.Status.QUEUED and bad.attempts == 1
+    assert bad.last_error.startswith(error)
+    good.refresh_from_db()
+    assert good.status == Job.Status.COMPLETED
