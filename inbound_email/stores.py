@@ -9,6 +9,7 @@ Every adapter error becomes a StoreError that says whether a retry could help.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from inbound_email.conf import get_config
 from inbound_email.exceptions import InvalidStoreUrl, StoreError, StoreNotFound
+
+logger = logging.getLogger(__name__)
 
 SES_SETUP_KEY = "AMAZON_SES_SETUP_NOTIFICATION"
 _TRANSIENT_S3_CODES = {
@@ -65,6 +68,20 @@ class MailStore(Protocol):
         """Delete several objects; return {key: error} for those that failed."""
 
     def exists(self, key: str) -> bool: ...
+
+
+def safe_key(key: str) -> str:
+    """`key` as text the ledger can hold: PostgreSQL takes no NUL and no lone surrogate.
+
+    A file name that is not UTF-8 reaches Python with each odd byte as a lone surrogate
+    (os.walk's surrogateescape); here those bytes, and any NUL, become backslash escapes
+    (a Latin-1 "café.eml" becomes the key `caf\\xe9.eml`). Any other key is unchanged.
+    """
+    try:
+        data = key.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that is not an escaped byte
+        data = key.encode("utf-8", "backslashreplace")
+    return data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
 
 
 def _skip(key: str, quarantine_prefix: str) -> bool:
@@ -193,6 +210,11 @@ class FolderStore:
                     key = path.relative_to(self.root).as_posix()
                     if _skip(key, self.quarantine_prefix):
                         continue
+                    if safe_key(key) != key:
+                        renamed = self._rename_to_safe_key(path, key)
+                        if renamed is None:
+                            continue
+                        path, key = renamed
                     try:
                         stat = path.stat()
                     except FileNotFoundError:
@@ -207,6 +229,46 @@ class FolderStore:
             raise StoreError(f"listing {self.root} failed: {exc}", transient=True) from exc
         if page:
             yield page
+
+    def _rename_to_safe_key(self, path: Path, key: str) -> tuple[Path, str] | None:
+        """Give a file whose name the ledger cannot hold (not UTF-8) its `safe_key` name.
+
+        Never overwrites: the file is hard-linked under the new name, then the old name is
+        removed. None (the file stays as it is, logged) when another file has the new name or
+        the rename failed; a file another poller renamed meanwhile is simply not listed here.
+        """
+        new_key = safe_key(key)
+        target = self.root / new_key
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, target)
+            except FileExistsError:
+                if not os.path.samefile(path, target):  # a third file: keep both untouched
+                    logger.error(
+                        "mail file %s is not UTF-8 and %s is taken: left in place, not polled",
+                        new_key,
+                        new_key,
+                        extra={"action": "inbound_key_unsafe", "mail_key": new_key},
+                    )
+                    return None
+            path.unlink()
+        except FileNotFoundError:
+            return None  # renamed (or handled) by another poller meanwhile
+        except OSError as exc:
+            logger.error(
+                "mail file %s is not UTF-8 and could not be renamed: %s",
+                new_key,
+                exc,
+                extra={"action": "inbound_key_unsafe", "mail_key": new_key},
+            )
+            return None
+        logger.warning(
+            "mail file renamed to %s: its name was not UTF-8",
+            new_key,
+            extra={"action": "inbound_key_renamed", "mail_key": new_key},
+        )
+        return target, new_key
 
     def get(self, key: str) -> bytes:
         try:

@@ -1,0 +1,54 @@
+"""Hostile store keys: one odd key never takes the whole poll down (adversarial review)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from inbound_email.models import InboundEmail
+from inbound_email.poller import poll_once
+from tests.support.mail import build_mail
+from tests.support.stores import intake_keys
+
+pytestmark = pytest.mark.django_db
+
+Status = InboundEmail.Status
+
+
+def test_a_file_name_that_is_not_utf8_does_not_stop_the_poll(folder_store, notification):
+    """A file dropped with a Latin-1 name (b"caf\\xe9.eml") reaches Python as a lone surrogate,
+    which PostgreSQL cannot store: registering the page raised UnicodeEncodeError and every
+    poll died before handling any mail of the folder (or running the relay sweep)."""
+    folder_store.put("good", build_mail(token=notification.token, body="Rating: 4"))
+    root = os.fsencode(folder_store.root)
+    with open(os.path.join(root, b"caf\xe9.eml"), "wb") as handle:
+        handle.write(build_mail(token=notification.token, body="Rating: 5"))
+
+    summary = poll_once()
+
+    assert summary.list_error == ""
+    good = InboundEmail.objects.get(store_key="good")
+    assert good.status == Status.PROCESSED
+    # The odd file is handled too, under its name with the odd byte escaped.
+    odd = InboundEmail.objects.get(store_key="caf\\xe9.eml")
+    assert (odd.status, odd.reason) == (Status.PROCESSED, "")
+    assert odd.reply.rating == 5
+    assert intake_keys(folder_store) == []
+
+
+def test_a_non_utf8_file_name_never_overwrites_a_file_with_the_escaped_name(
+    folder_store, notification
+):
+    """The rename to the escaped name never replaces an existing file: both mails survive."""
+    root = os.fsencode(folder_store.root)
+    folder_store.put("caf\\xe9.eml", build_mail(token=notification.token, body="Rating: 3"))
+    with open(os.path.join(root, b"caf\xe9.eml"), "wb") as handle:
+        handle.write(build_mail(token=notification.token, body="Rating: 5"))
+
+    summary = poll_once()
+
+    assert summary.list_error == ""
+    assert InboundEmail.objects.get(store_key="caf\\xe9.eml").reply.rating == 3
+    with open(os.path.join(root, b"caf\xe9.eml"), "rb") as handle:
+        assert b"Rating: 5" in handle.read()  # left in place (logged) for an operator
