@@ -125,13 +125,53 @@ class S3Store:
         )
         try:
             for page in pages:
-                yield [
-                    StoredObject(o["Key"], int(o.get("Size", 0)), str(o.get("ETag", "")).strip('"'))
-                    for o in page.get("Contents", [])
-                    if not _skip(o["Key"], self.quarantine_prefix)
-                ]
+                listed = []
+                for o in page.get("Contents", []):
+                    key = o["Key"]
+                    if _skip(key, self.quarantine_prefix):
+                        continue
+                    if safe_key(key) != key:
+                        renamed = self._rename_to_safe_key(key)
+                        if renamed is None:
+                            continue
+                        key = renamed
+                    etag = str(o.get("ETag", "")).strip('"')
+                    listed.append(StoredObject(key, int(o.get("Size", 0)), etag))
+                yield listed
         except (ClientError, BotoCoreError) as exc:
             raise self._error(exc, self.prefix) from exc
+
+    def _rename_to_safe_key(self, key: str) -> str | None:
+        """Copy an object whose key the ledger cannot hold (a NUL) to its `safe_key`, then
+        delete it; the new key, or None (logged; the object stays as it is) when another
+        object has that key or S3 refused. A copy whose delete failed is copied again on the
+        next poll, which is harmless: the ledger row of the new key is the one that counts."""
+        new_key = safe_key(key)
+        try:
+            if self.exists(new_key):
+                logger.error(
+                    "S3 key %s holds a NUL and %s is taken: left in place, not polled",
+                    new_key,
+                    new_key,
+                    extra={"action": "inbound_key_unsafe", "mail_key": new_key},
+                )
+                return None
+            self._copy(key, new_key)
+            self.delete(key)
+        except StoreError as exc:
+            logger.error(
+                "S3 key %s holds a NUL and could not be renamed: %s",
+                new_key,
+                exc,
+                extra={"action": "inbound_key_unsafe", "mail_key": new_key},
+            )
+            return None
+        logger.warning(
+            "S3 object renamed to %s: its key held a NUL",
+            new_key,
+            extra={"action": "inbound_key_renamed", "mail_key": new_key},
+        )
+        return new_key
 
     def get(self, key: str) -> bytes:
         response = self._call(key, self.client.get_object, Bucket=self.bucket, Key=key)
@@ -147,6 +187,11 @@ class S3Store:
 
     def quarantine(self, key: str) -> str:
         target = self.quarantine_prefix + key
+        self._copy(key, target)
+        return target
+
+    def _copy(self, key: str, target: str) -> None:
+        """Copy `key` to `target` in the bucket (server side)."""
         self._call(
             key,
             self.client.copy_object,
@@ -154,7 +199,6 @@ class S3Store:
             Key=target,
             CopySource={"Bucket": self.bucket, "Key": key},
         )
-        return target
 
     def delete(self, key: str) -> None:
         self._call(key, self.client.delete_object, Bucket=self.bucket, Key=key)

@@ -9,7 +9,7 @@ import pytest
 from inbound_email.models import InboundEmail
 from inbound_email.poller import poll_once
 from tests.support.mail import build_mail
-from tests.support.stores import intake_keys
+from tests.support.stores import PREFIX, intake_keys
 
 pytestmark = pytest.mark.django_db
 
@@ -52,3 +52,34 @@ def test_a_non_utf8_file_name_never_overwrites_a_file_with_the_escaped_name(
     assert InboundEmail.objects.get(store_key="caf\\xe9.eml").reply.rating == 3
     with open(os.path.join(root, b"caf\xe9.eml"), "rb") as handle:
         assert b"Rating: 5" in handle.read()  # left in place (logged) for an operator
+
+
+def test_an_s3_key_with_a_nul_does_not_stop_the_poll(s3_store, notification):
+    """S3 takes any UTF-8 in a key, NUL included ("characters that might require special
+    handling"); PostgreSQL takes no NUL in text. Registering the page raised ValueError and
+    every poll died before handling any mail of the bucket."""
+    s3_store.put(PREFIX + "good", build_mail(token=notification.token, body="Rating: 4"))
+    s3_store.put(PREFIX + "odd\x00.eml", build_mail(token=notification.token, body="Rating: 5"))
+
+    summary = poll_once()
+
+    assert summary.list_error == ""
+    assert InboundEmail.objects.get(store_key=PREFIX + "good").status == Status.PROCESSED
+    # The odd object is handled too, copied under its key with the NUL escaped.
+    odd = InboundEmail.objects.get(store_key=PREFIX + "odd\\x00.eml")
+    assert (odd.status, odd.reason) == (Status.PROCESSED, "")
+    assert odd.reply.rating == 5
+    assert intake_keys(s3_store) == []
+
+
+def test_an_s3_key_with_a_nul_never_overwrites_an_object_with_the_escaped_key(
+    s3_store, notification
+):
+    s3_store.put(PREFIX + "odd\\x00.eml", build_mail(token=notification.token, body="Rating: 3"))
+    s3_store.put(PREFIX + "odd\x00.eml", build_mail(token=notification.token, body="Rating: 5"))
+
+    summary = poll_once()
+
+    assert summary.list_error == ""
+    assert InboundEmail.objects.get(store_key=PREFIX + "odd\\x00.eml").reply.rating == 3
+    assert b"Rating: 5" in s3_store.get(PREFIX + "odd\x00.eml")  # left in place (logged)
