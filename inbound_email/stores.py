@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from stat import S_ISREG
 from typing import Protocol
 
 import boto3
@@ -263,6 +264,15 @@ class FolderStore:
                         stat = path.stat()
                     except FileNotFoundError:
                         continue  # handled and deleted by another poller meanwhile
+                    if not S_ISREG(stat.st_mode):
+                        # A named pipe would block its reader (the poll) for good; a socket
+                        # or device is not mail either. Left alone, and said.
+                        logger.warning(
+                            "%s in the mail folder is not a regular file: not polled",
+                            key,
+                            extra={"action": "inbound_not_a_file", "mail_key": key},
+                        )
+                        continue
                     page.append(
                         StoredObject(key, stat.st_size, f"{stat.st_mtime_ns}-{stat.st_size}")
                     )
@@ -316,7 +326,12 @@ class FolderStore:
 
     def get(self, key: str) -> bytes:
         try:
-            return self._path(key).read_bytes()
+            # O_NONBLOCK: opening a named pipe put there since the listing must not block.
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
+                if not S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    raise StoreError(f"{key} is not a regular file", transient=False)
+                return handle.read()
         except FileNotFoundError as exc:
             raise StoreNotFound(f"{key} not found in {self.root}") from exc
         except OSError as exc:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
+from django.db import connection
 
 from inbound_email.models import InboundEmail
 from inbound_email.poller import poll_once
 from tests.support.mail import build_mail
+from tests.support.processes import wait_until
 from tests.support.stores import PREFIX, intake_keys
 
 pytestmark = pytest.mark.django_db
@@ -83,3 +86,32 @@ def test_an_s3_key_with_a_nul_never_overwrites_an_object_with_the_escaped_key(
     assert summary.list_error == ""
     assert InboundEmail.objects.get(store_key=PREFIX + "odd\\x00.eml").reply.rating == 3
     assert b"Rating: 5" in s3_store.get(PREFIX + "odd\x00.eml")  # left in place (logged)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_named_pipe_in_the_mail_folder_does_not_hang_the_poll(folder_store, notification):
+    """A FIFO is listed by os.walk like a file; reading it blocks until someone writes to it,
+    so the poll hung for good, holding the row lock and its transaction open."""
+    folder_store.put("good", build_mail(token=notification.token, body="Rating: 4"))
+    fifo = os.path.join(folder_store.root, "pipe")
+    os.mkfifo(fifo)
+    done = threading.Event()
+
+    def poll() -> None:
+        try:
+            poll_once()
+        finally:
+            connection.close()
+            done.set()
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    try:
+        wait_until(done.is_set, "the poll to finish", timeout=30)
+    finally:
+        if not done.is_set():  # release the hung reader, so the test run can go on
+            with open(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK), "wb"):
+                pass
+        thread.join(30)
+    assert InboundEmail.objects.get(store_key="good").status == Status.PROCESSED
+    assert os.path.exists(fifo)  # not mail: left alone
