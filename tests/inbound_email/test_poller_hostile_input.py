@@ -1,4 +1,4 @@
-"""Hostile store keys: one odd key never takes the whole poll down (adversarial review)."""
+"""Hostile input: one odd key, file or mail never takes the whole poll down (adversarial review)."""
 
 from __future__ import annotations
 
@@ -115,3 +115,22 @@ def test_a_named_pipe_in_the_mail_folder_does_not_hang_the_poll(folder_store, no
         thread.join(30)
     assert InboundEmail.objects.get(store_key="good").status == Status.PROCESSED
     assert os.path.exists(fifo)  # not mail: left alone
+
+
+def test_a_rating_on_a_scale_of_thousands_of_digits_is_an_invalid_rating(
+    folder_store, notification
+):
+    """int() refuses strings of more than 4,300 digits (ValueError, Python >= 3.11): the
+    "Rating: 4/555…" of a PI's reply escaped the rating rules, and the whole mail, with the
+    instruction under it, was quarantined as a permanent error. Now the rating is invalid
+    (said on the reply) and the instruction is relayed."""
+    body = "Rating: 4/" + "5" * 5000 + "\nPlease shorten the abstract."
+    folder_store.put("m", build_mail(token=notification.token, body=body))
+
+    poll_once()
+
+    row = InboundEmail.objects.get(store_key="m")
+    assert row.status == Status.AWAITING_RELAY
+    assert row.reply.rating is None
+    assert "not on a scale of 5" in row.reply.rating_error
+    assert row.reply.instruction == "Please shorten the abstract."
