@@ -55,7 +55,9 @@ def coerce_rating(value: object) -> int:
                 raise InvalidRating(f"rating {value.strip()[:40]!r} is not a whole number 1-5")
             number = int(as_float)
         scale = match.group("scale")
-        if scale is not None and int(scale) != RATING_MAX:
+        # int() refuses more than 4,300 digits (ValueError); no scale of 5 needs more than a few.
+        digits = scale.lstrip("0") if scale is not None else ""
+        if scale is not None and (len(digits) > 9 or int(digits or "0") != RATING_MAX):
             raise InvalidRating(f"rating {value.strip()[:40]!r} is not on a scale of 5")
     else:
         raise InvalidRating(f"rating of type {type(value).__name__} is not a number 1-5")

@@ -17,6 +17,7 @@ import socket
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from http.client import HTTPException
 from typing import Any
 from urllib.error import URLError
 
@@ -29,6 +30,12 @@ from inbound_email.exceptions import SlackLookupError, SlackPostError
 HISTORY_PAGE_SIZE = 200  # messages per conversations.history page (Slack allows up to 999)
 RETRY_AFTER_DEFAULT_SECONDS = 1.0  # a 429 with no usable Retry-After
 RETRY_AFTER_MAX_SECONDS = 3600.0  # "inf", "1e300": a wait past this is taken as this
+
+# What a call can raise besides SlackApiError. urllib wraps only the sending of the request
+# in URLError: reading the answer raises http.client's own errors (an answer cut short is
+# IncompleteRead, a garbled status line BadStatusLine), which are not OSError; slack-sdk
+# passes them through. Unwrapped, they left a relay claim `posting` with no error recorded.
+_CALL_ERRORS = (SlackClientError, OSError, ValueError, HTTPException)
 
 
 def retry_after_seconds(value: object) -> float:
@@ -105,7 +112,7 @@ def post_message(*, channel: str, text: str, metadata: Mapping[str, Any] | None 
         raise SlackPostError(
             f"Slack chat.postMessage failed: {error or exc}", retry_after=retry_after
         ) from exc
-    except (SlackClientError, OSError, ValueError) as exc:
+    except _CALL_ERRORS as exc:
         raise SlackPostError(f"Slack chat.postMessage failed: {exc}") from exc
     return str(response.get("ts") or "")
 
@@ -167,7 +174,7 @@ def find_message(
             raise SlackLookupError(
                 f"Slack conversations.history failed: {error or exc}", retry_after=retry_after
             ) from exc
-        except (SlackClientError, OSError, ValueError) as exc:
+        except _CALL_ERRORS as exc:
             raise SlackLookupError(f"Slack conversations.history failed: {exc}") from exc
         for message in response.get("messages") or []:
             meta = message.get("metadata") or {}

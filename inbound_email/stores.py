@@ -9,11 +9,13 @@ Every adapter error becomes a StoreError that says whether a retry could help.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from stat import S_ISREG
 from typing import Protocol
 
 import boto3
@@ -21,6 +23,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from inbound_email.conf import get_config
 from inbound_email.exceptions import InvalidStoreUrl, StoreError, StoreNotFound
+
+logger = logging.getLogger(__name__)
 
 SES_SETUP_KEY = "AMAZON_SES_SETUP_NOTIFICATION"
 _TRANSIENT_S3_CODES = {
@@ -67,6 +71,20 @@ class MailStore(Protocol):
     def exists(self, key: str) -> bool: ...
 
 
+def safe_key(key: str) -> str:
+    """`key` as text the ledger can hold: PostgreSQL takes no NUL and no lone surrogate.
+
+    A file name that is not UTF-8 reaches Python with each odd byte as a lone surrogate
+    (os.walk's surrogateescape); here those bytes, and any NUL, become backslash escapes
+    (a Latin-1 "café.eml" becomes the key `caf\\xe9.eml`). Any other key is unchanged.
+    """
+    try:
+        data = key.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that is not an escaped byte
+        data = key.encode("utf-8", "backslashreplace")
+    return data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+
+
 def _skip(key: str, quarantine_prefix: str) -> bool:
     name = PurePosixPath(key).name
     return (
@@ -108,13 +126,53 @@ class S3Store:
         )
         try:
             for page in pages:
-                yield [
-                    StoredObject(o["Key"], int(o.get("Size", 0)), str(o.get("ETag", "")).strip('"'))
-                    for o in page.get("Contents", [])
-                    if not _skip(o["Key"], self.quarantine_prefix)
-                ]
+                listed = []
+                for o in page.get("Contents", []):
+                    key = o["Key"]
+                    if _skip(key, self.quarantine_prefix):
+                        continue
+                    if safe_key(key) != key:
+                        renamed = self._rename_to_safe_key(key)
+                        if renamed is None:
+                            continue
+                        key = renamed
+                    etag = str(o.get("ETag", "")).strip('"')
+                    listed.append(StoredObject(key, int(o.get("Size", 0)), etag))
+                yield listed
         except (ClientError, BotoCoreError) as exc:
             raise self._error(exc, self.prefix) from exc
+
+    def _rename_to_safe_key(self, key: str) -> str | None:
+        """Copy an object whose key the ledger cannot hold (a NUL) to its `safe_key`, then
+        delete it; the new key, or None (logged; the object stays as it is) when another
+        object has that key or S3 refused. A copy whose delete failed is copied again on the
+        next poll, which is harmless: the ledger row of the new key is the one that counts."""
+        new_key = safe_key(key)
+        try:
+            if self.exists(new_key):
+                logger.error(
+                    "S3 key %s holds a NUL and %s is taken: left in place, not polled",
+                    new_key,
+                    new_key,
+                    extra={"action": "inbound_key_unsafe", "mail_key": new_key},
+                )
+                return None
+            self._copy(key, new_key)
+            self.delete(key)
+        except StoreError as exc:
+            logger.error(
+                "S3 key %s holds a NUL and could not be renamed: %s",
+                new_key,
+                exc,
+                extra={"action": "inbound_key_unsafe", "mail_key": new_key},
+            )
+            return None
+        logger.warning(
+            "S3 object renamed to %s: its key held a NUL",
+            new_key,
+            extra={"action": "inbound_key_renamed", "mail_key": new_key},
+        )
+        return new_key
 
     def get(self, key: str) -> bytes:
         response = self._call(key, self.client.get_object, Bucket=self.bucket, Key=key)
@@ -130,6 +188,11 @@ class S3Store:
 
     def quarantine(self, key: str) -> str:
         target = self.quarantine_prefix + key
+        self._copy(key, target)
+        return target
+
+    def _copy(self, key: str, target: str) -> None:
+        """Copy `key` to `target` in the bucket (server side)."""
         self._call(
             key,
             self.client.copy_object,
@@ -137,7 +200,6 @@ class S3Store:
             Key=target,
             CopySource={"Bucket": self.bucket, "Key": key},
         )
-        return target
 
     def delete(self, key: str) -> None:
         self._call(key, self.client.delete_object, Bucket=self.bucket, Key=key)
@@ -193,10 +255,24 @@ class FolderStore:
                     key = path.relative_to(self.root).as_posix()
                     if _skip(key, self.quarantine_prefix):
                         continue
+                    if safe_key(key) != key:
+                        renamed = self._rename_to_safe_key(path, key)
+                        if renamed is None:
+                            continue
+                        path, key = renamed
                     try:
                         stat = path.stat()
                     except FileNotFoundError:
                         continue  # handled and deleted by another poller meanwhile
+                    if not S_ISREG(stat.st_mode):
+                        # A named pipe would block its reader (the poll) for good; a socket
+                        # or device is not mail either. Left alone, and said.
+                        logger.warning(
+                            "%s in the mail folder is not a regular file: not polled",
+                            key,
+                            extra={"action": "inbound_not_a_file", "mail_key": key},
+                        )
+                        continue
                     page.append(
                         StoredObject(key, stat.st_size, f"{stat.st_mtime_ns}-{stat.st_size}")
                     )
@@ -208,9 +284,54 @@ class FolderStore:
         if page:
             yield page
 
+    def _rename_to_safe_key(self, path: Path, key: str) -> tuple[Path, str] | None:
+        """Give a file whose name the ledger cannot hold (not UTF-8) its `safe_key` name.
+
+        Never overwrites: the file is hard-linked under the new name, then the old name is
+        removed. None (the file stays as it is, logged) when another file has the new name or
+        the rename failed; a file another poller renamed meanwhile is simply not listed here.
+        """
+        new_key = safe_key(key)
+        target = self.root / new_key
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, target)
+            except FileExistsError:
+                if not os.path.samefile(path, target):  # a third file: keep both untouched
+                    logger.error(
+                        "mail file %s is not UTF-8 and %s is taken: left in place, not polled",
+                        new_key,
+                        new_key,
+                        extra={"action": "inbound_key_unsafe", "mail_key": new_key},
+                    )
+                    return None
+            path.unlink()
+        except FileNotFoundError:
+            return None  # renamed (or handled) by another poller meanwhile
+        except OSError as exc:
+            logger.error(
+                "mail file %s is not UTF-8 and could not be renamed: %s",
+                new_key,
+                exc,
+                extra={"action": "inbound_key_unsafe", "mail_key": new_key},
+            )
+            return None
+        logger.warning(
+            "mail file renamed to %s: its name was not UTF-8",
+            new_key,
+            extra={"action": "inbound_key_renamed", "mail_key": new_key},
+        )
+        return target, new_key
+
     def get(self, key: str) -> bytes:
         try:
-            return self._path(key).read_bytes()
+            # O_NONBLOCK: opening a named pipe put there since the listing must not block.
+            fd = os.open(self._path(key), os.O_RDONLY | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as handle:
+                if not S_ISREG(os.fstat(handle.fileno()).st_mode):
+                    raise StoreError(f"{key} is not a regular file", transient=False)
+                return handle.read()
         except FileNotFoundError as exc:
             raise StoreNotFound(f"{key} not found in {self.root}") from exc
         except OSError as exc:

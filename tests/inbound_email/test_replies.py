@@ -35,6 +35,7 @@ def test_rating_is_coerced(value, expected):
         ("7", "rating 7 is outside 1-5"),
         ("0", "rating 0 is outside 1-5"),
         ("4/10", "not on a scale of 5"),
+        ("4/" + "5" * 5000, "not on a scale of 5"),  # past int()'s 4,300-digit limit
         ("3.5", "not a whole number"),
         (None, "of type NoneType"),
         (True, "True"),

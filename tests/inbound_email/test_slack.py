@@ -147,8 +147,9 @@ def test_find_message_ignores_other_replies_older_messages_and_bare_text(slack):
         (SlackServer.error("missing_scope"), None),
         (SlackServer.error("internal_error", status=500), None),
         (rate_limited("1e300"), RETRY_AFTER_MAX_SECONDS),
+        (SlackServer.truncated_after_post(), None),
     ],
-    ids=["api-error", "5xx", "429"],
+    ids=["api-error", "5xx", "429", "cut-short"],
 )
 def test_an_unreadable_history_is_a_lookup_error_never_not_found(slack, answer, retry_after):
     slack.script(answer, method="conversations.history")
@@ -183,10 +184,11 @@ def test_a_history_longer_than_the_page_budget_is_a_lookup_error(slack):
         (SlackServer.error_after_post(500), True),
         (SlackServer.error("internal_error", status=502), True),
         (SlackServer.reset_after_post(), True),
+        (SlackServer.truncated_after_post(), True),
         (SlackServer.error("channel_not_found"), False),
         (SlackServer.rate_limited(retry_after=1), False),
     ],
-    ids=["timeout", "500", "502", "reset", "refused", "429"],
+    ids=["timeout", "500", "502", "reset", "cut-short", "refused", "429"],
 )
 def test_which_failed_posts_may_have_reached_the_channel(slack, settings, answer, unknown):
     settings.SLACK_TIMEOUT = 1

@@ -22,7 +22,8 @@ accepted, and `conversations.history` answers from what was kept: newest first, 
 `response_metadata.next_cursor`), and a message's `metadata` only with
 `include_all_metadata`. Ambiguous failures keep the message and then misbehave:
 `slow(seconds)` answers after the client gave up, `error_after_post()` answers 500, and
-`reset_after_post()` resets the connection instead of answering. After
+`reset_after_post()` resets the connection instead of answering, `truncated_after_post()`
+cuts the answer's body short. After
 `slack.misbehave(rate_limited=0.2, server_error=0.2, slow=0.2)` unscripted calls get a random
 mix of 429s, HTTP 500s and slow answers (the chaos soak; `slack.behave()` ends it).
 """
@@ -30,6 +31,7 @@ mix of 429s, HTTP 500s and slow answers (the chaos soak; `slack.behave()` ends i
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import random
 import socket
@@ -52,6 +54,7 @@ class Response:
     delay: float = 0.0  # seconds to wait before answering (the request was already handled)
     keeps_post: bool | None = None  # chat.postMessage kept in the channel (None: when ok)
     reset: bool = False  # reset the connection (RST) instead of answering
+    truncated: bool = False  # send half the promised body, then close (a proxy cut it short)
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,12 @@ class SlackServer:
     def reset_after_post() -> Response:
         """The message is kept, then the connection is reset with no answer."""
         return Response(200, {"ok": True}, keeps_post=True, reset=True)
+
+    @staticmethod
+    def truncated_after_post() -> Response:
+        """The message is kept, then the answer stops halfway through its body (the
+        Content-Length promises more) and the connection closes: http.client.IncompleteRead."""
+        return Response(200, {"ok": True}, keeps_post=True, truncated=True)
 
     def script(self, *responses: Response, method: str | None = None) -> None:
         """Queue answers for the next calls (of `method` only, when given)."""
@@ -244,22 +253,10 @@ class SlackServer:
                             "ts": message["ts"],
                             "message": {k: v for k, v in message.items() if k != "metadata"},
                         }
-                        response = Response(
-                            response.status,
-                            body,
-                            response.headers,
-                            response.delay,
-                            response.keeps_post,
-                            response.reset,
-                        )
+                        response = dataclasses.replace(response, body=body)
             elif method == "conversations.history" and answered_ok:
-                response = Response(
-                    response.status,
-                    {**response.body, **self._history(args)},
-                    response.headers,
-                    response.delay,
-                    response.keeps_post,
-                    response.reset,
+                response = dataclasses.replace(
+                    response, body={**response.body, **self._history(args)}
                 )
             return response
 
@@ -371,6 +368,11 @@ class SlackServer:
                     for name, value in response.headers.items():
                         self.send_header(name, value)
                     self.end_headers()
+                    if response.truncated:
+                        self.wfile.write(payload[: len(payload) // 2])
+                        self.wfile.flush()
+                        self.close_connection = True
+                        return
                     self.wfile.write(payload)
                 except OSError:  # the client gave up waiting (slow answers): nothing to do
                     self.close_connection = True

@@ -356,6 +356,7 @@ def database_error_when_recording_a_post():
         pytest.param(SlackServer.slow(2.5), id="answer-after-the-client-timeout"),
         pytest.param(SlackServer.error_after_post(500), id="500-after-posting"),
         pytest.param(SlackServer.reset_after_post(), id="connection-reset-after-posting"),
+        pytest.param(SlackServer.truncated_after_post(), id="answer-cut-short-after-posting"),
     ],
 )
 def test_failure_after_the_post_still_gives_the_channel_the_instruction_exactly_once(
