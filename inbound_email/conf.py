@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 class Config:
     store_url: str  # "s3://bucket/prefix" or a folder path
     quarantine_prefix: str  # S3 key prefix / sub-folder of quarantined mail
+    s3_timeout: float  # seconds per S3 connect and per read, each try
     max_per_run: int  # objects handled per poll run
     max_bytes: int  # larger mail is quarantined unread
     max_attempts: int  # handling attempts before quarantine
@@ -92,6 +93,7 @@ def get_config() -> Config:
         # An empty prefix would make the quarantine copy the intake object itself, which the
         # clean-up then deletes: the mail would be lost.
         quarantine_prefix=_str("INBOUND_EMAIL_QUARANTINE_PREFIX", "quarantine/", required=True),
+        s3_timeout=_float("INBOUND_EMAIL_S3_TIMEOUT", 20, minimum=0, inclusive=False),
         max_per_run=_int("INBOUND_EMAIL_MAX_PER_RUN", 2000, minimum=1),
         max_bytes=_int("INBOUND_EMAIL_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
         max_attempts=_int("INBOUND_EMAIL_MAX_ATTEMPTS", 5, minimum=1),

@@ -16,9 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from stat import S_ISREG
-from typing import Protocol
+from typing import Any, Protocol
 
 import boto3
+from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from inbound_email.conf import get_config
@@ -38,6 +39,26 @@ _TRANSIENT_S3_CODES = {
     "503",
     "500",
 }
+
+
+# Tries per S3 call (botocore's "standard" retry mode: throttling, 5xx and connection errors,
+# with its own jittered backoff). With INBOUND_EMAIL_S3_TIMEOUT per try, one call to a hung
+# S3 gives up after about 3 x 20 s, inside the poll task's 300 s, and becomes a transient
+# StoreError the poll logs; the next run tries again.
+S3_MAX_ATTEMPTS = 3
+
+
+def s3_client(timeout: float) -> Any:
+    """A boto3 S3 client whose calls cannot hang (credentials, region and AWS_ENDPOINT_URL
+    come from boto3's standard environment)."""
+    return boto3.client(
+        "s3",
+        config=BotoConfig(
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            retries={"total_max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"},
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -102,7 +123,7 @@ class S3Store:
         self.bucket = bucket
         self.prefix = prefix
         self.quarantine_prefix = quarantine_prefix
-        self.client = client or boto3.client("s3")
+        self.client = client or s3_client(get_config().s3_timeout)
         self.description = f"s3://{bucket}/{prefix}"
 
     def _error(self, exc: Exception, key: str) -> StoreError:

@@ -195,6 +195,10 @@ INBOUND_EMAIL_STORE = env_str("INBOUND_EMAIL_STORE", str(VAR_DIR / "inbound_mail
 # store: a sub-folder). Never listed as intake.
 INBOUND_EMAIL_QUARANTINE_PREFIX = env_str("INBOUND_EMAIL_QUARANTINE_PREFIX", "quarantine/")
 INBOUND_EMAIL_MAX_PER_RUN = env_int("INBOUND_EMAIL_MAX_PER_RUN", 2000, minimum=1)  # objects
+# Seconds an S3 call may wait to connect, and for each read, per try (S3_MAX_ATTEMPTS tries):
+# a hung S3 must fail the call well inside the poll task's timeout, not after botocore's
+# default 60 s x 5 tries.
+INBOUND_EMAIL_S3_TIMEOUT = env_float("INBOUND_EMAIL_S3_TIMEOUT", 20, minimum=1)
 INBOUND_EMAIL_MAX_BYTES = env_int("INBOUND_EMAIL_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
 INBOUND_EMAIL_MAX_ATTEMPTS = env_int("INBOUND_EMAIL_MAX_ATTEMPTS", 5, minimum=1)  # then quarantine
 INBOUND_EMAIL_RETRY_BASE_SECONDS = env_float("INBOUND_EMAIL_RETRY_BASE_SECONDS", 30, minimum=0)

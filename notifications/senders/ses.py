@@ -20,7 +20,7 @@ from notifications.senders.base import MessageId, OutgoingEmail, SendError, buil
 _CLIENT_CONFIG = Config(
     connect_timeout=5,  # seconds
     read_timeout=20,  # seconds
-    retries={"max_attempts": 3, "mode": "standard"},
+    retries={"total_max_attempts": 3, "mode": "standard"},  # tries in all
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import boto3
 import pytest
@@ -11,9 +12,10 @@ from moto.server import ThreadedMotoServer
 from inbound_email.exceptions import InvalidStoreUrl, StoreError
 from inbound_email.models import InboundEmail
 from inbound_email.poller import poll_once
-from inbound_email.stores import FolderStore, S3Store, store_from_url
+from inbound_email.stores import S3_MAX_ATTEMPTS, FolderStore, S3Store, store_from_url
 from tests.support.mail import build_mail
 from tests.support.processes import child_env, manage_py
+from tests.support.silent_server import SilentServer
 from tests.support.stores import BUCKET, PREFIX
 from tests.support.stores import key as intake_key
 
@@ -124,3 +126,34 @@ def test_listing_pages_past_1000_keys_on_every_store(store, notification, settin
     assert keys(store) == []
     assert InboundEmail.objects.filter(store_key__in=new, status="processed").count() == 40
     assert not InboundEmail.objects.filter(intake_deleted=False).exists()
+
+
+def test_an_s3_endpoint_that_never_answers_is_a_transient_store_error_after_bounded_tries(
+    settings, aws_env, monkeypatch
+):
+    """A hung S3 (the connection made, no answer) used botocore's defaults: 60 s per read and
+    five tries, so one call could take five minutes, past the poll task's timeout, and the
+    task was killed with nothing recorded. Each call now waits at most
+    INBOUND_EMAIL_S3_TIMEOUT per try, tries S3_MAX_ATTEMPTS times, and becomes a transient
+    StoreError (the poll logs it and tries again next run)."""
+    settings.INBOUND_EMAIL_S3_TIMEOUT = 1
+    outcome: dict = {}
+    with SilentServer() as server:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+        store = store_from_url(f"s3://{BUCKET}/{PREFIX}")
+
+        def list_keys() -> None:
+            try:
+                outcome["keys"] = keys(store)
+            except Exception as exc:  # noqa: BLE001 - handed to the test thread below
+                outcome["error"] = exc
+
+        caller = threading.Thread(target=list_keys, daemon=True)
+        caller.start()
+        caller.join(timeout=60)  # hang guard, not a timing assertion
+        assert not caller.is_alive(), "the S3 call still hangs after 60 s"
+        connections = server.connections
+
+    error = outcome.get("error")
+    assert isinstance(error, StoreError) and error.transient, outcome
+    assert connections == S3_MAX_ATTEMPTS

@@ -11,10 +11,12 @@ from django.core.exceptions import ImproperlyConfigured
 
 from notifications.models import EmailNotification
 from notifications.senders import get_sender, sender_class
+from notifications.senders.base import OutgoingEmail, SendError
 from notifications.senders.django import DjangoEmailSender
 from notifications.senders.ses import SesEmailSender
 from notifications.sweeps import sweep_new_proposals
 from tests.support.processes import child_env, manage_py
+from tests.support.silent_server import SilentServer
 
 Status = EmailNotification.Status
 
@@ -82,3 +84,23 @@ def test_an_unknown_sender_stops_start_up():
 
     result = _django_setup(EMAIL_SENDER="notifications.senders.ses.SesEmailSender")
     assert result.returncode == 0, result.stderr
+
+
+def test_ses_that_drops_every_connection_is_a_send_error_after_three_tries(aws_env, monkeypatch):
+    """Each send is bounded: botocore's standard retry tries 3 times in all (docs say so;
+    `max_attempts` would have meant 3 retries, 4 tries), then the row goes back to pending."""
+    with SilentServer(hang_up=True) as server:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+        sender = SesEmailSender(configuration_set="")
+        with pytest.raises(SendError):
+            sender.send(
+                OutgoingEmail(
+                    to="pi@example.org",
+                    subject="s",
+                    text="t",
+                    html="",
+                    reply_to="reply@example.org",
+                    from_email="noreply@example.org",
+                )
+            )
+        assert server.connections == 3
