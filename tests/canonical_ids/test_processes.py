@@ -99,7 +99,7 @@ def test_forked_and_separate_processes_record_concurrently_without_collision(
     ]  # fmt: skip
 
     # Every process starts recording at the same moment: once all of them are up, however
-    # long a loaded machine took to start a manage.py (a fixed instant 6 s ahead was missed).
+    # long a loaded machine takes to start a manage.py (a fixed instant 6 s ahead can pass first).
     for _proc, receiver in forks:
         assert receiver.poll(180), "forked recorder did not start"
         assert receiver.recv() == "ready"
