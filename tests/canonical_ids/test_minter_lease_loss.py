@@ -14,8 +14,11 @@ from canonical_ids.models import WriterSlotLease
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _hold_row_lock(slot: int, seconds: float, locked: threading.Event) -> None:
-    """Another session holds the lease row locked, so a renewal waits (then times out)."""
+def _hold_row_lock(slot: int, locked: threading.Event, release: threading.Event) -> None:
+    """Another session holds the lease row locked until `release` (60 s at most), so a
+    renewal waits (then times out). Held until told, not for a fixed time: on a loaded
+    machine the renewal may start its 5 s lock wait late, and a lock let go first would
+    let it succeed."""
     conn = connections.create_connection("default")
     try:
         with conn.cursor() as cursor:
@@ -24,7 +27,7 @@ def _hold_row_lock(slot: int, seconds: float, locked: threading.Event) -> None:
                 "SELECT slot FROM canonical_ids_writerslotlease WHERE slot = %s FOR UPDATE", [slot]
             )
             locked.set()
-            time.sleep(seconds)
+            release.wait(60)
             cursor.execute("ROLLBACK")
     finally:
         conn.close()
@@ -41,8 +44,8 @@ def test_i1_a_renewal_that_fails_after_the_lease_expired_stops_minting(settings,
     holder = minters()
     holder.mint()
     time.sleep(1.1)  # renewal due on the next mint, the lease still valid for ~0.9 s
-    locked = threading.Event()
-    blocker = threading.Thread(target=_hold_row_lock, args=(64, 7.0, locked))
+    locked, release = threading.Event(), threading.Event()
+    blocker = threading.Thread(target=_hold_row_lock, args=(64, locked, release))
     blocker.start()
     try:
         assert locked.wait(10)
@@ -51,6 +54,7 @@ def test_i1_a_renewal_that_fails_after_the_lease_expired_stops_minting(settings,
             holder.mint()  # the renewal waits for the lock (5 s lock_timeout), then fails
         assert time.monotonic() - started > 2.0  # it did wait past the expiry
     finally:
+        release.set()
         blocker.join(timeout=30)
     assert holder.slot is None
 

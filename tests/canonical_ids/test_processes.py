@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import select
 import signal
+import subprocess
 import time
 from collections import defaultdict
 
@@ -36,15 +37,18 @@ class _CountConflicts(logging.Handler):
             self.count += 1
 
 
-def _forked_recorder(run_id: str, author: str, start_at: float, conn) -> None:
-    """Runs in a child forked from a parent that already holds a slot."""
+def _forked_recorder(run_id: str, author: str, go, conn) -> None:
+    """Runs in a child forked from a parent that already holds a slot; says `ready`, then
+    records once the parent sets `go`."""
     from canonical_ids import record_message
 
     result: dict = {"pid": os.getpid(), "inherited_slot": get_minter().slot}
     handler = _CountConflicts()
     logging.getLogger("canonical_ids.services").addHandler(handler)
     try:
-        time.sleep(max(0.0, start_at - time.time()))
+        conn.send("ready")
+        if not go.wait(180):
+            raise TimeoutError("the parent never said go")
         for i in range(COUNT):
             record_message(run_id=run_id, text=f"m{i}", author=author, source="fork")
         result["slot"] = get_minter().slot
@@ -70,15 +74,15 @@ def test_forked_and_separate_processes_record_concurrently_without_collision(
     run_id = "v11-concurrent"
     parent = process_minter()
     parent_slot = parent.acquire()
-    start_at = time.time() + 6.0  # every process starts recording at the same moment
     env = child_env()
 
     connections.close_all()  # a forked child must not share the parent's database socket
     ctx = multiprocessing.get_context("fork")
+    go = ctx.Event()
     forks = []
     for i in range(2):
         receiver, sender = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_forked_recorder, args=(run_id, f"fork-{i}", start_at, sender))
+        proc = ctx.Process(target=_forked_recorder, args=(run_id, f"fork-{i}", go, sender))
         proc.start()
         forks.append((proc, receiver))
     commands = [
@@ -87,11 +91,24 @@ def test_forked_and_separate_processes_record_concurrently_without_collision(
             "--run-id", run_id,
             "--count", str(COUNT),
             "--author", f"manage-{i}",
-            "--start-at", str(start_at),
+            "--start-on-stdin",
             env=env,
+            stdin=subprocess.PIPE,
         )
         for i in range(2)
     ]  # fmt: skip
+
+    # Every process starts recording at the same moment: once all of them are up, however
+    # long a loaded machine takes to start a manage.py (a fixed instant 6 s ahead can pass first).
+    for _proc, receiver in forks:
+        assert receiver.poll(180), "forked recorder did not start"
+        assert receiver.recv() == "ready"
+    for command in commands:
+        assert _read_line(command, 180).strip() == "ready"
+    go.set()
+    for command in commands:
+        command.stdin.write("go\n")
+        command.stdin.flush()
 
     results = []
     for proc, receiver in forks:

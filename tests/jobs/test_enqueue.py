@@ -30,7 +30,7 @@ def test_job_enqueued_in_a_rolled_back_transaction_never_runs(tmp_path, wakeups)
         raise Abort
 
     assert Job.objects.count() == 0
-    assert wakeups() == []  # no wake-up either
+    assert wakeups(0.5) == []  # no wake-up either
     assert run_pending().claimed == 0
     assert not log.exists()
 

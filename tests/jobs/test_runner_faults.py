@@ -4,7 +4,6 @@ database connections that die under the drain and under its heartbeat (issue 11)
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -104,7 +103,15 @@ def test_d4_heartbeat_reconnects_so_a_live_job_is_never_reaped(settings, tmp_pat
     try:
         wait_until(lambda: log.exists() and "start" in log.read_text(), "the job to start")
         wait_until(lambda: _terminate_heartbeat_backends() > 0, "the heartbeat's connection")
-        time.sleep(3 * settings.JOBS_LEASE_SECONDS)  # long past the lease if nobody renews
+        # Long past the lease if nobody renews: wait for a beat written three leases after
+        # the kill rather than sleeping that long, so the reaper below looks right after a
+        # beat. A fixed sleep let a loaded machine that delayed one beat by more than the
+        # 1.5 s lease fail the test with no defect; without a reconnect no such beat comes.
+        past_the_lease = timezone.now() + timedelta(seconds=3 * settings.JOBS_LEASE_SECONDS)
+        wait_until(
+            lambda: Job.objects.get(pk=job.pk).heartbeat_at > past_the_lease,
+            "a heartbeat three leases after its connection was killed",
+        )
 
         assert jobs_reap_stale() == [], "a live job was reaped"
         job.refresh_from_db()

@@ -16,7 +16,12 @@ from jobs import enqueue
 from jobs.models import Job
 from jobs.tasks import prune_completed_jobs, reap_stale_jobs, run_due_jobs
 from ops.schedules import SCHEDULES
-from tests.support.processes import spawn_manage_py, stop_process_group
+from tests.support.processes import (
+    schedules_started_up,
+    spawn_manage_py,
+    stop_process_group,
+    wait_until,
+)
 
 
 def test_every_jobs_schedule_points_at_a_function_here():
@@ -97,7 +102,9 @@ def test_a_job_committed_while_the_cluster_runs_starts_within_seconds(worker_env
             assert cluster.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
-        time.sleep(2)  # let the start-up run of the minute schedules pass
+        # The start-up run of the minute schedules must be over: a run_due_jobs it queued
+        # and a loaded worker ran late would start the job below instead of the wake-up.
+        wait_until(schedules_started_up, "the start-up run of the schedules")
 
         job = enqueue("tests.create_user", {"username": "woken"})  # commits: wake-up sent
         committed = time.monotonic()

@@ -19,7 +19,12 @@ from jobs import enqueue
 from jobs.models import Job
 from jobs.services import jobs_retry_now
 from jobs.wakeup import CHANNEL, WAKE_TASK, WakeListener, request_wake, wake_tasks_in_broker
-from tests.support.processes import spawn_manage_py, stop_process_group
+from tests.support.processes import (
+    schedules_started_up,
+    spawn_manage_py,
+    stop_process_group,
+    wait_until,
+)
 from tests.support.wakeup import listening, plain_insert, raw_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -149,8 +154,10 @@ def _qcluster(env: dict[str, str], log_path) -> Iterator[subprocess.Popen]:
             assert cluster.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.1)
-        time.sleep(2)  # let the start-up run of the minute schedules pass
-        # The safety net must not be what starts the job: its next tick is an hour away.
+        # Let the start-up run of the minute schedules pass (a run_due_jobs it queued and a
+        # loaded worker ran late could start the job), then the safety net must not be what
+        # starts the job: its next tick is an hour away.
+        wait_until(schedules_started_up, "the start-up run of the schedules")
         Schedule.objects.filter(func="jobs.tasks.run_due_jobs").update(
             next_run=timezone.now() + timedelta(hours=1)
         )

@@ -115,9 +115,14 @@ def test_crash_between_claim_and_ses_is_reconciled_without_losing_the_mail(make_
             assert child.poll() is None, child.communicate()
             assert time.monotonic() < deadline, "the child never claimed the row"
             time.sleep(0.05)
-        time.sleep(0.3)  # let it reach the SES call
-        child.send_signal(signal.SIGKILL)
+        listener.settimeout(60)
+        try:  # the SES call is in flight once the child has connected to "SES"
+            call, _ = listener.accept()
+        except TimeoutError:
+            raise AssertionError("the child never called SES") from None
+        child.send_signal(signal.SIGKILL)  # the call still unanswered
         child.wait(timeout=10)
+        call.close()
     finally:
         if child.poll() is None:
             child.kill()

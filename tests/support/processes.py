@@ -107,3 +107,19 @@ def wait_until(condition, what: str, timeout: float = 60, interval: float = 0.1)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
         time.sleep(interval)
+
+
+def schedules_started_up() -> bool:
+    """True once a fresh qcluster's start-up run of its schedules has passed.
+
+    `ensure_schedules()` creates every schedule due now, so a starting cluster queues one task
+    per schedule (among them `run_due_jobs`, which would start any job it finds). The run has
+    passed when no schedule is due any more and every task it queued has run and been
+    acknowledged: django-q2's scheduler moves `next_run` and queues the task in one
+    transaction, and its ORM broker deletes a task's row only after the result was saved.
+    """
+    from django.utils import timezone
+    from django_q.models import OrmQ, Schedule
+
+    due = Schedule.objects.filter(next_run__lte=timezone.now()).exists()
+    return not due and not OrmQ.objects.exists()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import psycopg
@@ -19,12 +19,25 @@ def raw_connection() -> psycopg.Connection:
 
 
 @contextmanager
-def listening() -> Iterator:
-    """A LISTEN connection; yields a function returning the notifications received since."""
+def listening() -> Iterator[Callable[..., list[str]]]:
+    """A LISTEN connection; yields `received(wait=None)`, the notifications received since.
+
+    `received(seconds)` returns what arrives within that window: to show that none comes.
+    `received()` waits up to 10 s for the first notification, then 0.3 s for any more, so a
+    notification expected at once is not missed because a loaded server delivered it late
+    (delivery to a listener is asynchronous), and one too many still shows.
+    """
     conn = raw_connection()
     conn.execute(f"LISTEN {CHANNEL}")
+
+    def received(wait: float | None = None) -> list[str]:
+        if wait is not None:
+            return [n.channel for n in conn.notifies(timeout=wait)]
+        first = [n.channel for n in conn.notifies(timeout=10, stop_after=1)]
+        return first + [n.channel for n in conn.notifies(timeout=0.3)]
+
     try:
-        yield lambda wait=0.5: [n.channel for n in conn.notifies(timeout=wait)]
+        yield received
     finally:
         conn.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 
 from django.core.management.base import BaseCommand, CommandParser
@@ -30,6 +31,12 @@ class Command(BaseCommand):
             help="wall-clock epoch seconds to wait for before recording (coordinated load tests)",
         )
         parser.add_argument(
+            "--start-on-stdin",
+            action="store_true",
+            help="print `ready`, then wait for a line on stdin before recording: a coordinator "
+            "starts several processes at one moment however long each took to start up",
+        )
+        parser.add_argument(
             "--hold",
             type=float,
             default=0.0,
@@ -42,6 +49,10 @@ class Command(BaseCommand):
         delay = options["start_at"] - time.time()
         if delay > 0:
             time.sleep(delay)
+        if options["start_on_stdin"]:
+            self.stdout.write("ready")
+            self.stdout.flush()
+            sys.stdin.readline()
         for i in range(options["count"]):
             message = record_message(
                 run_id=options["run_id"],
