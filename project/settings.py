@@ -251,6 +251,16 @@ SLACK_TIMEOUT = env_float("SLACK_TIMEOUT", 10, minimum=10)
 # start-up (an unknown value stops start-up naming EMAIL_SENDER).
 EMAIL_SENDER = env_str("EMAIL_SENDER", "django").strip()
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# For EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend. EMAIL_TIMEOUT bounds every
+# SMTP call (Django's own default is no timeout: a server that never answers held the sweep
+# and its advisory lock until the task was killed) (seconds).
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 20, minimum=1)
 SES_REGION = env_str("SES_REGION", "")  # empty: boto3's own region chain
 SES_CONFIGURATION_SET = env_str("SES_CONFIGURATION_SET", "")  # empty: none
 # A review request must be answered within this many hours, or it expires and counts as missed.

@@ -4,6 +4,7 @@ alias ('django', 'ses') or a dotted path; anything else stops start-up naming th
 from __future__ import annotations
 
 import subprocess
+import threading
 
 import pytest
 from django.core import mail
@@ -93,14 +94,40 @@ def test_ses_that_drops_every_connection_is_a_send_error_after_three_tries(aws_e
         monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
         sender = SesEmailSender(configuration_set="")
         with pytest.raises(SendError):
-            sender.send(
-                OutgoingEmail(
-                    to="pi@example.org",
-                    subject="s",
-                    text="t",
-                    html="",
-                    reply_to="reply@example.org",
-                    from_email="noreply@example.org",
-                )
-            )
+            sender.send(_outgoing())
         assert server.connections == 3
+
+
+@pytest.mark.slow
+def test_an_smtp_server_that_never_answers_is_a_send_error_not_a_hang(settings):
+    """With EMAIL_BACKEND set to SMTP, Django's EMAIL_TIMEOUT defaulted to None: a server that
+    took the connection and never answered held the sweep (and its advisory lock) until the
+    task was killed. The shipped settings (no override here) now bound it (EMAIL_TIMEOUT,
+    20 s) and a hung server is a SendError."""
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    outcome: dict = {}
+    with SilentServer() as server:
+        settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", server.port
+
+        def send() -> None:
+            try:
+                outcome["id"] = DjangoEmailSender().send(_outgoing())
+            except Exception as exc:  # noqa: BLE001 - handed to the test thread below
+                outcome["error"] = exc
+
+        caller = threading.Thread(target=send, daemon=True)
+        caller.start()
+        caller.join(timeout=90)  # hang guard, not a timing assertion
+        assert not caller.is_alive(), "the SMTP send still hangs after 90 s"
+    assert isinstance(outcome.get("error"), SendError), outcome
+
+
+def _outgoing() -> OutgoingEmail:
+    return OutgoingEmail(
+        to="pi@example.org",
+        subject="s",
+        text="t",
+        html="",
+        reply_to="reply@example.org",
+        from_email="noreply@example.org",
+    )
