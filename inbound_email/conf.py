@@ -71,6 +71,22 @@ def _str(name: str, default: str, *, required: bool) -> str:
     return value
 
 
+# InboundEmail.quarantine_key (1,100) holds the prefix plus a store key of up to 1,024.
+QUARANTINE_PREFIX_MAX_CHARS = 1100 - 1024
+
+
+def _quarantine_prefix() -> str:
+    # An empty prefix would make the quarantine copy the intake object itself, which the
+    # clean-up then deletes: the mail would be lost.
+    value = _str("INBOUND_EMAIL_QUARANTINE_PREFIX", "quarantine/", required=True)
+    if len(value) > QUARANTINE_PREFIX_MAX_CHARS:
+        raise ImproperlyConfigured(
+            f"INBOUND_EMAIL_QUARANTINE_PREFIX={value!r} must be at most "
+            f"{QUARANTINE_PREFIX_MAX_CHARS} characters (quarantine keys are stored in 1,100)"
+        )
+    return value
+
+
 def _check_ses_verdicts(store_url: str) -> bool:
     """INBOUND_EMAIL_CHECK_SES_VERDICTS, or when unset (None): on for an S3 store, which SES
     fills and writes its verdicts into; off for a folder store, fed by hand or by tests, where
@@ -90,9 +106,7 @@ def get_config() -> Config:
     store_url = _str("INBOUND_EMAIL_STORE", "var/inbound_mail", required=True)
     return Config(
         store_url=store_url,
-        # An empty prefix would make the quarantine copy the intake object itself, which the
-        # clean-up then deletes: the mail would be lost.
-        quarantine_prefix=_str("INBOUND_EMAIL_QUARANTINE_PREFIX", "quarantine/", required=True),
+        quarantine_prefix=_quarantine_prefix(),
         s3_timeout=_float("INBOUND_EMAIL_S3_TIMEOUT", 20, minimum=0, inclusive=False),
         max_per_run=_int("INBOUND_EMAIL_MAX_PER_RUN", 2000, minimum=1),
         max_bytes=_int("INBOUND_EMAIL_MAX_BYTES", 10 * 1024 * 1024, minimum=1),

@@ -92,18 +92,31 @@ class MailStore(Protocol):
     def exists(self, key: str) -> bool: ...
 
 
+# The longest key the ledger holds (InboundEmail.store_key's max_length): a longer one made
+# the page's INSERT fail and with it every poll.
+KEY_MAX_CHARS = 1024
+_DIGEST_CHARS = 16
+
+
 def safe_key(key: str) -> str:
-    """`key` as text the ledger can hold: PostgreSQL takes no NUL and no lone surrogate.
+    """`key` as text the ledger can hold: PostgreSQL takes no NUL and no lone surrogate, and
+    store_key no more than KEY_MAX_CHARS.
 
     A file name that is not UTF-8 reaches Python with each odd byte as a lone surrogate
     (os.walk's surrogateescape); here those bytes, and any NUL, become backslash escapes
-    (a Latin-1 "café.eml" becomes the key `caf\\xe9.eml`). Any other key is unchanged.
+    (a Latin-1 "café.eml" becomes the key `caf\\xe9.eml`). A key still too long keeps its
+    beginning and ends in "~" and a digest of the whole, so two long keys stay apart. Any
+    other key is unchanged.
     """
     try:
         data = key.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a surrogate that is not an escaped byte
         data = key.encode("utf-8", "backslashreplace")
-    return data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+    text = data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+    if len(text) > KEY_MAX_CHARS:
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:_DIGEST_CHARS]
+        text = text[: KEY_MAX_CHARS - _DIGEST_CHARS - 1].rstrip("/") + "~" + digest
+    return text
 
 
 def _skip(key: str, quarantine_prefix: str) -> bool:
@@ -164,7 +177,7 @@ class S3Store:
             raise self._error(exc, self.prefix) from exc
 
     def _rename_to_safe_key(self, key: str) -> str | None:
-        """Copy an object whose key the ledger cannot hold (a NUL) to its `safe_key`, then
+        """Copy an object whose key the ledger cannot hold (a NUL, too long) to its `safe_key`, then
         delete it; the new key, or None (logged; the object stays as it is) when another
         object has that key or S3 refused. A copy whose delete failed is copied again on the
         next poll, which is harmless: the ledger row of the new key is the one that counts."""
@@ -172,7 +185,8 @@ class S3Store:
         try:
             if self.exists(new_key):
                 logger.error(
-                    "S3 key %s holds a NUL and %s is taken: left in place, not polled",
+                    "S3 key %s: the key as listed cannot be stored (a NUL, or too long) and "
+                    "%s is taken: left in place, not polled",
                     new_key,
                     new_key,
                     extra={"action": "inbound_key_unsafe", "mail_key": new_key},
@@ -182,14 +196,15 @@ class S3Store:
             self.delete(key)
         except StoreError as exc:
             logger.error(
-                "S3 key %s holds a NUL and could not be renamed: %s",
+                "S3 key %s: the key as listed cannot be stored (a NUL, or too long) and "
+                "could not be renamed: %s",
                 new_key,
                 exc,
                 extra={"action": "inbound_key_unsafe", "mail_key": new_key},
             )
             return None
         logger.warning(
-            "S3 object renamed to %s: its key held a NUL",
+            "S3 object renamed to %s: its key could not be stored (a NUL, or too long)",
             new_key,
             extra={"action": "inbound_key_renamed", "mail_key": new_key},
         )
@@ -306,7 +321,7 @@ class FolderStore:
             yield page
 
     def _rename_to_safe_key(self, path: Path, key: str) -> tuple[Path, str] | None:
-        """Give a file whose name the ledger cannot hold (not UTF-8) its `safe_key` name.
+        """Give a file whose name the ledger cannot hold (not UTF-8, too long) its `safe_key` name.
 
         Never overwrites: the file is hard-linked under the new name, then the old name is
         removed. None (the file stays as it is, logged) when another file has the new name or
@@ -321,7 +336,8 @@ class FolderStore:
             except FileExistsError:
                 if not os.path.samefile(path, target):  # a third file: keep both untouched
                     logger.error(
-                        "mail file %s is not UTF-8 and %s is taken: left in place, not polled",
+                        "mail file %s: its name cannot be stored (not UTF-8, or too long) "
+                        "and %s is taken: left in place, not polled",
                         new_key,
                         new_key,
                         extra={"action": "inbound_key_unsafe", "mail_key": new_key},
@@ -332,14 +348,15 @@ class FolderStore:
             return None  # renamed (or handled) by another poller meanwhile
         except OSError as exc:
             logger.error(
-                "mail file %s is not UTF-8 and could not be renamed: %s",
+                "mail file %s: its name cannot be stored (not UTF-8, or too long) and "
+                "could not be renamed: %s",
                 new_key,
                 exc,
                 extra={"action": "inbound_key_unsafe", "mail_key": new_key},
             )
             return None
         logger.warning(
-            "mail file renamed to %s: its name was not UTF-8",
+            "mail file renamed to %s: its name could not be stored (not UTF-8, or too long)",
             new_key,
             extra={"action": "inbound_key_renamed", "mail_key": new_key},
         )

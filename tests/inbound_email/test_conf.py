@@ -61,3 +61,13 @@ def test_a_ses_verdict_check_that_is_not_a_boolean_is_refused(settings):
     settings.INBOUND_EMAIL_CHECK_SES_VERDICTS = "false"
     with pytest.raises(ImproperlyConfigured, match="INBOUND_EMAIL_CHECK_SES_VERDICTS='false'"):
         get_config()
+
+
+def test_a_quarantine_prefix_too_long_for_the_ledger_is_refused(settings):
+    """quarantine_key holds the prefix plus a key of up to 1,024 characters in 1,100: a longer
+    prefix would make the quarantine of a long key fail to record, after the copy."""
+    settings.INBOUND_EMAIL_QUARANTINE_PREFIX = "q" * 76 + "/"
+    with pytest.raises(ImproperlyConfigured, match="at most 76 characters"):
+        get_config()
+    settings.INBOUND_EMAIL_QUARANTINE_PREFIX = "q" * 75 + "/"
+    assert get_config().quarantine_prefix == "q" * 75 + "/"

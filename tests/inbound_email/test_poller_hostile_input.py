@@ -134,3 +134,23 @@ def test_a_rating_on_a_scale_of_thousands_of_digits_is_an_invalid_rating(
     assert row.reply.rating is None
     assert "not on a scale of 5" in row.reply.rating_error
     assert row.reply.instruction == "Please shorten the abstract."
+
+
+def test_a_key_longer_than_the_ledger_holds_does_not_stop_the_poll(folder_store, notification):
+    """A mail file nested deeper than 1,024 characters of path (the ledger's store_key): the
+    page's INSERT failed on the too-long value and every poll died before handling any mail.
+    It is renamed to a key that fits (a prefix of the old one plus a digest of it) and handled
+    like any mail; the other mail of the page is handled as usual."""
+    folder_store.put("good", build_mail(token=notification.token, body="Rating: 4"))
+    deep = "/".join(["d" * 200] * 6) + "/reply.eml"  # 1,216 characters
+    folder_store.put(deep, build_mail(token=notification.token, body="Rating: 5"))
+
+    summary = poll_once()
+
+    assert summary.list_error == ""
+    assert InboundEmail.objects.get(store_key="good").status == Status.PROCESSED
+    long_one = InboundEmail.objects.exclude(store_key="good").get()
+    assert len(long_one.store_key) <= InboundEmail._meta.get_field("store_key").max_length
+    assert long_one.store_key.startswith("d" * 200 + "/")
+    assert (long_one.status, long_one.reply.rating) == (Status.PROCESSED, 5)
+    assert intake_keys(folder_store) == []
