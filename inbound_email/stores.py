@@ -354,6 +354,11 @@ class FolderStore:
                     raise StoreError(f"{key} is not a regular file", transient=False)
                 return handle.read()
         except FileNotFoundError as exc:
+            if not self.root.is_dir():  # unmounted, say: the mail is not known to be gone
+                raise StoreError(
+                    f"reading {key} failed: the mail folder {self.root} is missing",
+                    transient=True,
+                ) from exc
             raise StoreNotFound(f"{key} not found in {self.root}") from exc
         except OSError as exc:
             raise StoreError(f"reading {key} failed: {exc}", transient=True) from exc
