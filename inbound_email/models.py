@@ -51,6 +51,9 @@ class InboundEmail(models.Model):
             "Sender failed DMARC (or SPF+DKIM)",
         )
         VIRUS = "virus", "Virus found by SES"
+        # Deleted by someone else (an operator, an S3 lifecycle rule) while still to handle:
+        # a reply lost unread, which an operator must hear about.
+        VANISHED = "vanished", "Vanished from the store before it was read"
 
     # Where the object was found (unique: a redelivered object with the same key is one row).
     store_key = models.CharField(max_length=1024, unique=True)

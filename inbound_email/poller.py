@@ -11,13 +11,18 @@ import logging
 import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from django.utils import timezone
 
 from inbound_email.conf import get_config
 from inbound_email.exceptions import StoreError
 from inbound_email.models import InboundEmail
-from inbound_email.services.intake import inbound_email_handle, inbound_email_register
+from inbound_email.services.intake import (
+    inbound_email_due_unlisted,
+    inbound_email_handle,
+    inbound_email_register,
+)
 from inbound_email.services.relay import reply_relay_sweep
 from inbound_email.services.store_sync import inbound_email_finalize
 from inbound_email.stores import MailStore, default_store
@@ -51,6 +56,7 @@ def poll_once(*, store: MailStore | None = None, limit: int | None = None) -> Po
     limit = limit or get_config().max_per_run
     summary = PollSummary()
     started = time.monotonic()
+    listed_since = timezone.now()
     try:
         for page in store.list():
             summary.listed += len(page)
@@ -67,13 +73,7 @@ def poll_once(*, store: MailStore | None = None, limit: int | None = None) -> Po
                     if row.next_attempt_at and row.next_attempt_at > now:
                         summary.outcomes["not_due"] += 1
                         continue
-                    outcome = inbound_email_handle(inbound_email_id=row.pk, store=store)
-                    if outcome is None:
-                        summary.outcomes["skipped"] += 1
-                        continue
-                    summary.handled += 1
-                    summary.outcomes[outcome.label] += 1
-                    finished.append(row.pk)
+                    _handle(row.pk, store, summary, finished)
                 elif row.status == InboundEmail.Status.AWAITING_RELAY:
                     summary.outcomes["awaiting_relay"] += 1
                 else:
@@ -85,6 +85,8 @@ def poll_once(*, store: MailStore | None = None, limit: int | None = None) -> Po
             inbound_email_finalize(ids=finished, store=store)
             if summary.limit_reached:
                 break
+        if not summary.limit_reached:
+            _handle_unlisted(store, summary, listed_since=listed_since, limit=limit)
     except StoreError as exc:
         summary.list_error = str(exc)
         logger.error(
@@ -106,3 +108,29 @@ def poll_once(*, store: MailStore | None = None, limit: int | None = None) -> Po
         extra={"action": "inbound_poll", "sweep": "inbound_email"},
     )
     return summary
+
+
+def _handle(
+    inbound_email_id: int, store: MailStore, summary: PollSummary, finished: list[int]
+) -> None:
+    """Claim and handle one due row; count its outcome, and note it for the store clean-up."""
+    outcome = inbound_email_handle(inbound_email_id=inbound_email_id, store=store)
+    if outcome is None:
+        summary.outcomes["skipped"] += 1
+        return
+    summary.handled += 1
+    summary.outcomes[outcome.label] += 1
+    finished.append(inbound_email_id)
+
+
+def _handle_unlisted(
+    store: MailStore, summary: PollSummary, *, listed_since: datetime, limit: int
+) -> None:
+    """After a complete listing: due rows it did not show (their object was deleted by
+    someone else) go through the same claim and handling, so they end visibly (quarantined
+    `vanished`) rather than stay `received` where no poll looks (I6)."""
+    ids = inbound_email_due_unlisted(listed_since=listed_since, limit=limit - summary.handled)
+    finished: list[int] = []
+    for inbound_email_id in ids:
+        _handle(inbound_email_id, store, summary, finished)
+    inbound_email_finalize(ids=finished, store=store)

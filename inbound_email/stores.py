@@ -8,6 +8,7 @@ Every adapter error becomes a StoreError that says whether a retry could help.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -15,7 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from stat import S_ISREG
+from stat import S_ISLNK, S_ISREG
 from typing import Any, Protocol
 
 import boto3
@@ -266,6 +267,9 @@ class FolderStore:
     """A local folder: the embedded default. Keys are paths relative to the folder.
 
     Writers should write to a dot-file and rename it, so a half-written file is never listed.
+    A key names a directory entry, never what a symlink points to: a symlink is listed (so its
+    row ends quarantined with the reason) but never read, and it is moved and deleted as the
+    link itself, never its target, which may be outside the folder or another mail.
     """
 
     def __init__(self, root: Path, quarantine_prefix: str) -> None:
@@ -274,10 +278,23 @@ class FolderStore:
         self.description = str(self.root)
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key).resolve()
-        if self.root.resolve() not in path.parents:
+        """The entry `key` names: its directory resolved and inside the folder, its last part
+        not followed (resolving it too sent a delete of a symlink to the file it names)."""
+        root = self.root.resolve()
+        path = root / key
+        parent = path.parent.resolve()
+        if path.name in ("", ".", "..") or (parent != root and root not in parent.parents):
             raise StoreError(f"key {key!r} escapes the mail folder", transient=False)
-        return path
+        return parent / path.name
+
+    def _link_error(self, key: str, path: Path) -> StoreError:
+        """A symlink is not read: its target may be anything (outside the folder, another
+        mail, a device). Permanent, naming the target for the operator."""
+        try:
+            target = safe_key(os.readlink(path))
+        except OSError:
+            target = "?"
+        return StoreError(f"{key} is a symbolic link (to {target}): not read", transient=False)
 
     def list(self) -> Iterator[list[StoredObject]]:
         if not self.root.is_dir():
@@ -297,10 +314,10 @@ class FolderStore:
                             continue
                         path, key = renamed
                     try:
-                        stat = path.stat()
+                        stat = path.lstat()
                     except FileNotFoundError:
                         continue  # handled and deleted by another poller meanwhile
-                    if not S_ISREG(stat.st_mode):
+                    if not (S_ISREG(stat.st_mode) or S_ISLNK(stat.st_mode)):
                         # A named pipe would block its reader (the poll) for good; a socket
                         # or device is not mail either. Left alone, and said.
                         logger.warning(
@@ -363,16 +380,25 @@ class FolderStore:
         return target, new_key
 
     def get(self, key: str) -> bytes:
+        path = self._path(key)
         try:
             # O_NONBLOCK: opening a named pipe put there since the listing must not block.
-            fd = os.open(self._path(key), os.O_RDONLY | os.O_NONBLOCK)
+            # O_NOFOLLOW: a symlink is refused (ELOOP), never read through.
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
             with os.fdopen(fd, "rb") as handle:
                 if not S_ISREG(os.fstat(handle.fileno()).st_mode):
                     raise StoreError(f"{key} is not a regular file", transient=False)
                 return handle.read()
         except FileNotFoundError as exc:
+            if not self.root.is_dir():  # unmounted, say: the mail is not known to be gone
+                raise StoreError(
+                    f"reading {key} failed: the mail folder {self.root} is missing",
+                    transient=True,
+                ) from exc
             raise StoreNotFound(f"{key} not found in {self.root}") from exc
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise self._link_error(key, path) from exc
             raise StoreError(f"reading {key} failed: {exc}", transient=True) from exc
 
     get_quarantined = get
@@ -389,8 +415,24 @@ class FolderStore:
             raise StoreError(f"writing {key} failed: {exc}", transient=True) from exc
 
     def quarantine(self, key: str) -> str:
+        """Copy the entry to the quarantine prefix: a file's bytes, a symlink as a link with
+        the same target (it cannot be read, and must leave the intake all the same)."""
         target = self.quarantine_prefix + key
-        self.put(target, self.get(key))
+        path = self._path(key)
+        try:
+            link = os.readlink(path)
+        except FileNotFoundError as exc:
+            raise StoreNotFound(f"{key} not found in {self.root}") from exc
+        except OSError:  # not a symlink (EINVAL): the mail's bytes
+            self.put(target, self.get(key))
+            return target
+        copy = self._path(target)
+        try:
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.unlink(missing_ok=True)
+            os.symlink(link, copy)
+        except OSError as exc:
+            raise StoreError(f"quarantining the link {key} failed: {exc}", transient=True) from exc
         return target
 
     def delete(self, key: str) -> None:
@@ -409,7 +451,9 @@ class FolderStore:
         return failed
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        """Whether the entry is there (a file, or a symlink whatever it points to)."""
+        path = self._path(key)
+        return path.is_symlink() or path.is_file()
 
 
 def store_from_url(url: str | None = None) -> MailStore:

@@ -159,6 +159,23 @@ def _claim(*, inbound_email_id: int, now: datetime) -> tuple[InboundEmail | None
         return None, False  # became due or was released after the claim above: next poll
 
 
+def inbound_email_due_unlisted(*, listed_since: datetime, limit: int) -> list[int]:
+    """Rows still to handle that were due before a complete listing began (`listed_since`).
+
+    After such a listing every listed row that was due is handled or leased by a poller (its
+    `next_attempt_at` moved past `listed_since`), so what is left here is mail the listing no
+    longer shows: its object was deleted by someone else. Claimed and handled like any row,
+    it reaches its end (quarantined `vanished`, or `too_many_attempts`) instead of staying
+    `received` unseen for good; an object that is back meanwhile is simply handled.
+    """
+    return list(
+        InboundEmail.objects.filter(status=Status.RECEIVED)
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lt=listed_since))
+        .order_by("next_attempt_at", "id")
+        .values_list("id", flat=True)[: max(limit, 0)]
+    )
+
+
 # --- the per-object step --------------------------------------------------------------------
 
 
@@ -225,7 +242,14 @@ def _handle(row: InboundEmail, store: MailStore, now: datetime) -> None:
     try:
         raw = store.get(row.store_key)
     except StoreNotFound:
-        mail_finish(row, Status.DISCARDED, Reason.NONE, "the object vanished from the store", now)
+        mail_set_quarantined(
+            row,
+            reason=Reason.VANISHED,
+            detail="the object vanished from the store before it was read (deleted by "
+            "someone else: an operator or a lifecycle rule); the mail is lost unless a copy "
+            "is found",
+            now=now,
+        )
         return
     if len(raw) > max_bytes:
         row.size = len(raw)

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 
 from inbound_email.models import InboundEmail
 from inbound_email.poller import poll_once
@@ -115,6 +116,41 @@ def test_a_named_pipe_in_the_mail_folder_does_not_hang_the_poll(folder_store, no
         thread.join(30)
     assert InboundEmail.objects.get(store_key="good").status == Status.PROCESSED
     assert os.path.exists(fifo)  # not mail: left alone
+
+
+def test_a_symlink_out_of_the_mail_folder_ends_quarantined_and_discard_removes_only_the_link(
+    folder_store, notification, admin_client, tmp_path
+):
+    """A symlink in the mail folder pointing outside it was quarantined, but its quarantine
+    copy was refused ("escapes the mail folder") on every poll, so it stayed in the intake,
+    retried and logged forever; the admin's Discard failed the same way, so no operator could
+    clear it. Now the link is never followed: it is quarantined once with the reason, moved
+    out of the intake (as a link), and Discard removes the link, never the file it names."""
+    outside = tmp_path / "outside.txt"
+    outside.write_bytes(b"a file outside the mail folder\n")
+    folder_store.put("good", build_mail(token=notification.token, body="Rating: 4"))
+    os.symlink(outside, folder_store.root / "evil.eml")
+
+    poll_once()
+
+    row = InboundEmail.objects.get(store_key="evil.eml")
+    assert row.status == Status.QUARANTINED
+    assert f"evil.eml is a symbolic link (to {outside}): not read" in row.detail
+    assert InboundEmail.objects.get(store_key="good").status == Status.PROCESSED
+    assert intake_keys(folder_store) == []  # out of the intake: no poll retries it
+    assert poll_once().listed == 0
+
+    url = reverse("admin:inbound_email_inboundemail_changelist")
+    response = admin_client.post(
+        url, {"action": "discard", "_selected_action": [row.pk]}, follow=True
+    )
+
+    assert "1 mail(s) discarded" in response.content.decode()
+    row.refresh_from_db()
+    assert row.status == Status.DISCARDED
+    assert outside.read_bytes() == b"a file outside the mail folder\n"
+    left = [p for p in folder_store.root.rglob("*") if p.is_symlink()]
+    assert left == []  # the link itself is gone, from the intake and the quarantine
 
 
 def test_a_rating_on_a_scale_of_thousands_of_digits_is_an_invalid_rating(

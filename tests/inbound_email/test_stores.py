@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import boto3
@@ -38,6 +39,22 @@ def test_folder_store_lists_only_intake_mail(folder_store):
 def test_folder_store_refuses_keys_outside_its_folder(folder_store):
     with pytest.raises(StoreError):
         folder_store.get("../etc/passwd")
+
+
+def test_folder_store_acts_on_a_symlink_never_on_the_file_it_names(folder_store):
+    """A key names the entry: deleting a symlink "a" to another mail "b" deleted b (the key
+    was resolved first) and left "a" dangling, skipped by every listing. Now the link is
+    listed, refused on read, and deleted as itself; b is untouched."""
+    folder_store.put("b", b"mail b")
+    os.symlink("b", folder_store.root / "a")
+
+    assert keys(folder_store) == ["a", "b"]
+    with pytest.raises(StoreError, match="a is a symbolic link \\(to b\\): not read"):
+        folder_store.get("a")
+    folder_store.delete("a")
+
+    assert keys(folder_store) == ["b"]
+    assert folder_store.get("b") == b"mail b"
 
 
 def test_s3_store_lists_pages_and_quarantines(s3_store):

@@ -14,6 +14,7 @@ from django.utils import timezone
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
 from jobs import run_pending
+from ops.status import worker_status
 from tests.support.mail import PI_ADDRESS, build_mail
 from tests.support.stores import PREFIX, FlakyStore, intake_keys, key
 from tests.support.threads import run_side_by_side
@@ -127,6 +128,54 @@ def test_crashed_attempts_count_and_quarantine_unread(folder_store, notification
     row = InboundEmail.objects.get()
     assert (row.status, row.reason) == (Status.QUARANTINED, Reason.TOO_MANY_ATTEMPTS)
     assert intake_keys(folder_store) == []
+
+
+def test_a_mail_whose_object_vanished_before_it_was_read_is_quarantined_for_an_operator(
+    store, notification
+):
+    """A mail waiting for its retry (here after a throttled read) whose object someone else
+    deleted (an operator, an S3 lifecycle rule) was never listed again, so the poller never
+    looked at its row: it stayed `received` for good and nothing told an operator that a
+    PI's reply was lost. Now the next complete poll claims it like any due row, finds the
+    object gone and quarantines it `vanished`, which worker_status reports."""
+    name = key(store, "gone")
+    store.put(name, build_mail(token=notification.token, body="Rating: 4"))
+    poll_once(store=FlakyStore(store, failing={name: True}))
+    row = InboundEmail.objects.get(store_key=name)
+    assert (row.status, row.attempts) == (Status.RECEIVED, 1)
+    store.delete(name)  # not by us: an operator or a lifecycle rule
+
+    summary = poll_once(store=store)
+
+    row.refresh_from_db()
+    assert (row.status, row.reason) == (Status.QUARANTINED, Reason.VANISHED)
+    assert "vanished from the store before it was read" in row.detail
+    assert row.attempts == 2 and row.finished_at is not None
+    assert summary.outcomes == {"quarantined:vanished": 1}
+    assert any("1 quarantined mail" in line for line in worker_status().needs_operator)
+    poll_once(store=store)  # terminal: never claimed again
+    row.refresh_from_db()
+    assert (row.status, row.attempts) == (Status.QUARANTINED, 2)
+
+
+def test_a_missing_mail_folder_is_not_taken_for_vanished_mail(folder_store, notification):
+    """An unmounted mail folder lists nothing, like a folder whose mail was deleted: the rows
+    still to handle are retried (a transient error naming the folder), not quarantined as
+    vanished, and are handled once the folder is back."""
+    folder_store.put("m", build_mail(token=notification.token, body="Rating: 4"))
+    poll_once(store=FlakyStore(folder_store, failing={"m": True}))
+    away = folder_store.root.with_name("mail-unmounted")
+    folder_store.root.rename(away)
+
+    poll_once()
+
+    row = InboundEmail.objects.get(store_key="m")
+    assert (row.status, row.attempts) == (Status.RECEIVED, 2)
+    assert "is missing" in row.last_error
+    away.rename(folder_store.root)
+    poll_once()
+    row.refresh_from_db()
+    assert row.status == Status.PROCESSED
 
 
 def test_oversize_mail_is_quarantined_unread(folder_store, settings, notification):
