@@ -1,0 +1,67 @@
+"""Mail stores: where SES drops raw mail. One interface (`base.MailStore`), two adapters
+(`s3.S3Store`, `folder.FolderStore`), and the configured one (`default_store`).
+
+Callers import from here; the adapters' modules are an implementation detail.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inbound_email.conf import get_config
+from inbound_email.exceptions import InvalidStoreUrl
+from inbound_email.stores.base import (
+    KEY_MAX_CHARS,
+    SES_SETUP_KEY,
+    MailStore,
+    StoredObject,
+    safe_key,
+    sha256_hex,
+)
+from inbound_email.stores.folder import FolderStore
+from inbound_email.stores.s3 import S3_MAX_ATTEMPTS, S3Store, s3_client
+
+__all__ = [
+    "KEY_MAX_CHARS",
+    "S3_MAX_ATTEMPTS",
+    "SES_SETUP_KEY",
+    "FolderStore",
+    "MailStore",
+    "S3Store",
+    "StoredObject",
+    "default_store",
+    "s3_client",
+    "safe_key",
+    "sha256_hex",
+    "store_from_url",
+]
+
+
+def store_from_url(url: str | None = None) -> MailStore:
+    """The store named by INBOUND_EMAIL_STORE: s3://bucket/prefix or a folder path."""
+    config = get_config()
+    url = url if url is not None else config.store_url
+    quarantine_prefix = config.quarantine_prefix
+    if url.startswith("s3://"):
+        bucket, _, prefix = url[len("s3://") :].partition("/")
+        if not bucket:
+            raise InvalidStoreUrl(f"INBOUND_EMAIL_STORE={url!r}: use s3://bucket/prefix")
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        return S3Store(bucket, prefix, quarantine_prefix)
+    if "://" in url:
+        raise InvalidStoreUrl(f"INBOUND_EMAIL_STORE={url!r}: use s3://bucket/prefix or a folder")
+    return FolderStore(Path(url), quarantine_prefix)
+
+
+_default_cache: dict[tuple[str, str], MailStore] = {}
+
+
+def default_store() -> MailStore:
+    """The configured store, built once per process (a boto3 client is costly to create)."""
+    config = get_config()
+    cache_key = (config.store_url, config.quarantine_prefix)
+    store = _default_cache.get(cache_key)
+    if store is None:
+        store = _default_cache[cache_key] = store_from_url()
+    return store
