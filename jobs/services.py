@@ -28,6 +28,7 @@ from jobs.backoff import retry_delay
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost, PermanentJobError
 from jobs.models import Job
+from project.pg_text import without_nul
 
 logger = logging.getLogger(__name__)
 
@@ -225,11 +226,6 @@ def exception_message(exc: BaseException) -> str:
     except Exception as failure:  # noqa: BLE001 - the placeholder names what went wrong
         text = f"<str() failed: {type(failure).__name__}>"
     return without_nul(text)
-
-
-def without_nul(text: str) -> str:
-    """`text` storable in a PostgreSQL text column: each NUL written as `\\x00`."""
-    return text.replace("\x00", "\\x00")
 
 
 def format_error(exc: BaseException) -> str:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Protocol
 
+from project.pg_text import without_nul
+
 SES_SETUP_KEY = "AMAZON_SES_SETUP_NOTIFICATION"
 
 
@@ -67,7 +69,7 @@ def safe_key(key: str) -> str:
         data = key.encode("utf-8", "surrogateescape")
     except UnicodeEncodeError:  # a surrogate that is not an escaped byte
         data = key.encode("utf-8", "backslashreplace")
-    text = data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+    text = without_nul(data.decode("utf-8", "backslashreplace"))
     if len(text) > KEY_MAX_CHARS:
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:_DIGEST_CHARS]
         text = text[: KEY_MAX_CHARS - _DIGEST_CHARS - 1].rstrip("/") + "~" + digest

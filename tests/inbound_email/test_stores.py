@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 
 import boto3
 import pytest
@@ -19,6 +18,7 @@ from tests.support.processes import child_env, manage_py
 from tests.support.silent_server import SilentServer
 from tests.support.stores import BUCKET, PREFIX
 from tests.support.stores import key as intake_key
+from tests.support.threads import run_side_by_side
 
 
 def keys(store) -> list[str]:
@@ -154,23 +154,13 @@ def test_an_s3_endpoint_that_never_answers_is_a_transient_store_error_after_boun
     INBOUND_EMAIL_S3_TIMEOUT per try, tries S3_MAX_ATTEMPTS times, and becomes a transient
     StoreError (the poll logs it and tries again next run)."""
     settings.INBOUND_EMAIL_S3_TIMEOUT = 1
-    outcome: dict = {}
     with SilentServer() as server:
         monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
         store = store_from_url(f"s3://{BUCKET}/{PREFIX}")
-
-        def list_keys() -> None:
-            try:
-                outcome["keys"] = keys(store)
-            except Exception as exc:  # noqa: BLE001 - handed to the test thread below
-                outcome["error"] = exc
-
-        caller = threading.Thread(target=list_keys, daemon=True)
-        caller.start()
-        caller.join(timeout=60)  # hang guard, not a timing assertion
-        assert not caller.is_alive(), "the S3 call still hangs after 60 s"
+        # A hang guard, not a timing assertion: still running after 60 s is a TimeoutError.
+        errors = run_side_by_side(lambda: keys(store), copies=1, timeout=60)
         connections = server.connections
 
-    error = outcome.get("error")
-    assert isinstance(error, StoreError) and error.transient, outcome
+    assert len(errors) == 1, errors
+    assert isinstance(errors[0], StoreError) and errors[0].transient, errors
     assert connections == S3_MAX_ATTEMPTS

@@ -16,7 +16,8 @@ def run_side_by_side(
     on_error: Callable[[], object] | None = None,
 ) -> list[BaseException]:
     """Run `work` in `copies` threads and wait for them; return what they raised (a thread
-    still running after `timeout` counts as a TimeoutError). Each thread closes its own
+    still running after `timeout` counts as a TimeoutError, so it doubles as a hang guard for
+    one call: `copies=1`). Each thread closes its own
     database connection. `on_error` runs in the failing thread, e.g. to break a barrier the
     other threads wait on."""
     errors: list[BaseException] = []
@@ -31,7 +32,8 @@ def run_side_by_side(
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=run) for _ in range(copies)]
+    # Daemon threads: one still hung after `timeout` must not keep the test process alive.
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(copies)]
     for thread in threads:
         thread.start()
     for thread in threads:
