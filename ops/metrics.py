@@ -80,6 +80,17 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
         leases.add_metric([role], n)
     yield leases
     yield _gauge(
+        "worker_tasks_refused",
+        "django-q2 tasks refused for naming a function outside the code's allowlist "
+        "(unacknowledged).",
+        status.tasks_refused,
+    )
+    yield _gauge(
+        "worker_schedules_unknown",
+        "Enabled schedules not defined in code (the worker refuses their tasks).",
+        len(status.unknown_schedules),
+    )
+    yield _gauge(
         "worker_needs_operator_findings",
         "Findings worker_status lists under NEEDS AN OPERATOR (it exits 1 when above 0).",
         len(status.needs_operator),

@@ -1,8 +1,10 @@
 """The qcluster's schedules, created by code so nobody edits them by hand in the admin.
 
 `ensure_schedules()` is idempotent: it creates missing schedules, corrects drifted ones
-(func, cadence) by name, and leaves everything else alone. It runs from the `setup_schedules`
-command and from our `qcluster` wrapper before the cluster starts.
+(func, cadence, hook, arguments) by name, and leaves everything else alone.
+`disable_unknown_schedules()` stops every other schedule (issue 19: schedules come only from
+code; the worker refuses to run what they name anyway, see ops/task_guard.py). Both run from
+the `setup_schedules` command and from our `qcluster` wrapper before the cluster starts.
 """
 
 from __future__ import annotations
@@ -62,14 +64,63 @@ def ensure_schedules() -> dict[str, int]:
                 or schedule.schedule_type != Schedule.MINUTES
                 or schedule.minutes != spec.minutes
                 or schedule.repeats != -1
+                or schedule.hook
+                or schedule.args
+                or schedule.kwargs
             ):
                 schedule.func = spec.func
                 schedule.schedule_type = Schedule.MINUTES
                 schedule.minutes = spec.minutes
                 schedule.repeats = -1
-                schedule.save(update_fields=["func", "schedule_type", "minutes", "repeats"])
+                schedule.hook = None
+                schedule.args = None
+                schedule.kwargs = None
+                schedule.save(
+                    update_fields=[
+                        "func",
+                        "schedule_type",
+                        "minutes",
+                        "repeats",
+                        "hook",
+                        "args",
+                        "kwargs",
+                    ]
+                )
                 counts["updated"] += 1
                 logger.info("schedule updated: %s", spec.name, extra={"action": "schedule_updated"})
             else:
                 counts["unchanged"] += 1
     return counts
+
+
+def disable_unknown_schedules() -> list[Schedule]:
+    """Stop every schedule that is not in SCHEDULES (by name); return those it stopped.
+
+    Stopped, not deleted: the row shows an operator what somebody added (repeats=0 is
+    django-q2's "never again"). Each is logged at ERROR: something outside this code wrote
+    the schedule table.
+    """
+    ours = {spec.name for spec in SCHEDULES}
+    with transaction.atomic():
+        unknown = list(
+            Schedule.objects.select_for_update().exclude(name__in=ours).exclude(repeats=0)
+        )
+        for schedule in unknown:
+            schedule.repeats = 0
+            schedule.save(update_fields=["repeats"])
+            logger.error(
+                "unknown schedule disabled: %r (func %s)",
+                schedule.name,
+                schedule.func,
+                extra={"action": "schedule_disabled", "schedule": schedule.name},
+            )
+    return unknown
+
+
+def unknown_schedules_enabled() -> list[Schedule]:
+    """Schedules not defined in code that django-q2 would still run (repeats != 0)."""
+    return list(
+        Schedule.objects.exclude(name__in=[spec.name for spec in SCHEDULES])
+        .exclude(repeats=0)
+        .order_by("id")
+    )

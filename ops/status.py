@@ -27,6 +27,8 @@ from jobs.models import Job
 from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
 from notifications.selectors import notification_status_counts, notifications_stuck_sending
 from ops.conf import get_config
+from ops.schedules import unknown_schedules_enabled
+from ops.selectors import tasks_refused
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
 BACKLOG_ALERT_SECONDS = 300
@@ -48,6 +50,10 @@ class WorkerStatus:
     notifications_by_status: dict[str, int] = field(default_factory=dict)
     notifications_stuck_sending: int = 0
     leases: list[dict[str, Any]] = field(default_factory=list)
+    # Issue 19: tasks the worker refused to run, and schedules not defined in code.
+    tasks_refused: int = 0
+    last_refused_task: dict[str, Any] | None = None
+    unknown_schedules: list[dict[str, Any]] = field(default_factory=list)
     needs_operator: list[str] = field(default_factory=list)
     # Not part of the report (as_dict): the total behind the listed stuck rows, and the moment
     # every figure was read at, for the views that show more than the command prints.
@@ -66,6 +72,7 @@ def worker_status(*, now: datetime | None = None) -> WorkerStatus:
     _jobs(status, now)
     _inbound(status, now)
     _notifications(status, now)
+    _task_guard(status)
     status.leases = [
         {
             "slot": lease.slot,
@@ -169,4 +176,32 @@ def _notifications(status: WorkerStatus, now: datetime) -> None:
         status.needs_operator.append(
             f"{status.notifications_stuck_sending} notification(s) stuck in sending: "
             "is the sweep schedule running?"
+        )
+
+
+def _task_guard(status: WorkerStatus) -> None:
+    refused = tasks_refused()
+    status.tasks_refused = refused.count()
+    if status.tasks_refused:
+        last = refused.order_by("-refused_at", "-id").first()
+        status.last_refused_task = {
+            "func": last.func,
+            "source": last.source,
+            "schedule": last.group,
+            "refused_at": last.refused_at.isoformat(),
+            "reason": last.reason,
+        }
+        status.needs_operator.append(
+            f"{status.tasks_refused} task(s) refused: they named a function the worker does "
+            f"not run (last: {last.func or '?'}, {last.reason}); find who wrote them, then "
+            "delete them in the admin (Refused tasks)"
+        )
+    status.unknown_schedules = [
+        {"id": schedule.pk, "name": schedule.name, "func": schedule.func}
+        for schedule in unknown_schedules_enabled()
+    ]
+    for schedule in status.unknown_schedules:
+        status.needs_operator.append(
+            f"schedule {schedule['name']!r} (func {schedule['func']}) is not defined in code: "
+            "the worker refuses its tasks; run `manage.py setup_schedules` to disable it"
         )

@@ -144,6 +144,8 @@ Q_CLUSTER = {
     "save_limit": env_int("Q_SAVE_LIMIT", 250, minimum=0),
     "poll": env_float("Q_POLL", 0.2, minimum=0.05),  # seconds between ORM broker polls
     "label": "Django Q2",
+    # Refuses, records and deletes every broker row naming a function outside the allowlist
+    # in code (ops/task_guard.py), before a worker imports anything (issue 19).
     "sync": env_bool("Q_SYNC", False),
 }
 

@@ -1,0 +1,170 @@
+"""What django-q2 may execute: the functions named in code, nothing else (issue 19).
+
+django-q2 runs whatever dotted path a task names: its worker resolves the string with
+`pydoc.locate` (importing the module) and calls it, and its monitor does the same with a
+task's `hook`. A task comes from a Schedule row (the scheduler, every 30 s), from
+`async_task` (our wake-up, the admin's Resubmit) or straight from a row in the broker table,
+and each of those can be written by someone other than this code: a staff user in the admin,
+another database role, plain SQL. So the worker checks every task against `ALLOWED_FUNCTIONS`
+(the functions of `ops.schedules.SCHEDULES` and the job wake-up) before anything it names is
+imported, at the two points every task passes:
+
+- `pre_enqueue` (every `async_task`, in every process, `Q_SYNC` too): a refused task is
+  recorded, logged at ERROR and rewritten into `refused_task`, which only raises, so django-q2
+  stores a failure and nothing the task named is imported or run.
+- `GuardedOrmBroker.dequeue` (the cluster's pusher, before a worker sees the task): a row
+  naming anything else, or not signed with this deployment's SECRET_KEY, is recorded, logged
+  at ERROR and deleted. This catches rows that never went through `async_task`.
+
+Every refusal is a `RefusedTask` row: worker_status, the Worker health page and /metrics
+show them until an operator deletes them in the admin.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+from django_q.brokers.orm import ORM
+from django_q.signing import BadSignature, SignedPackage
+
+from jobs.wakeup import WAKE_TASK
+from ops.models import RefusedTask
+from ops.schedules import SCHEDULES
+
+logger = logging.getLogger(__name__)
+
+REFUSED_TASK = "ops.task_guard.refused_task"
+# Every function django-q2 may run. A new schedule or task is added in code, here or in
+# ops.schedules.SCHEDULES; nothing in the database can extend this set.
+ALLOWED_FUNCTIONS: frozenset[str] = frozenset(
+    {spec.func for spec in SCHEDULES} | {WAKE_TASK, REFUSED_TASK}
+)
+FIELD_LIMIT = 500  # characters of a refused task's func/hook kept in the record
+
+
+class TaskRefused(Exception):
+    """A task named a function outside ALLOWED_FUNCTIONS (raised by `refused_task`)."""
+
+
+def describe(value: Any) -> str:
+    """What a task's func/hook names, as text, without importing or calling anything."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value[:FIELD_LIMIT]
+    name = f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', '?')}"
+    return f"<{type(value).__name__} {name}>"[:FIELD_LIMIT]
+
+
+def refusal_reason(task: Mapping[str, Any]) -> str | None:
+    """Why the worker must not run `task` (a django-q2 task dict), or None when it may."""
+    func = task.get("func")
+    if not isinstance(func, str):
+        return f"func is a {type(func).__name__}, not the dotted name of an allowed function"
+    if func not in ALLOWED_FUNCTIONS:
+        return f"{describe(func)!r} is not a function the worker runs (ops.task_guard)"
+    if task.get("hook"):
+        return f"hook {describe(task.get('hook'))!r}: no task of the worker has a hook"
+    return None
+
+
+def record_refusal(
+    *, func: str, hook: str, task_name: str, group: str, reason: str, source: str
+) -> RefusedTask:
+    logger.error(
+        "task refused (%s): %s: %s",
+        source,
+        func or "?",
+        reason,
+        extra={"action": "task_refused", "source": source, "func": func, "task_name": task_name},
+    )
+    return RefusedTask.objects.create(
+        source=source,
+        func=func,
+        hook=hook,
+        task_name=task_name[:200],
+        group=group[:200],
+        reason=reason,
+    )
+
+
+def _record_task(task: Mapping[str, Any], *, reason: str, source: str) -> RefusedTask:
+    return record_refusal(
+        func=describe(task.get("func")),
+        hook=describe(task.get("hook")),
+        task_name=describe(task.get("name")),
+        group=describe(task.get("group")),
+        reason=reason,
+        source=source,
+    )
+
+
+def refuse_on_enqueue(sender: Any, task: dict[str, Any], **kwargs: Any) -> None:
+    """django-q2's `pre_enqueue` receiver: a refused task becomes a call of `refused_task`.
+
+    Raising here would not do: the scheduler enqueues every due schedule in one transaction,
+    so one hostile Schedule would stop all of them. The rewritten task still goes through the
+    broker and fails there as a django-q2 failure naming what was refused.
+    """
+    reason = refusal_reason(task)
+    if reason is None:
+        return
+    _record_task(task, reason=reason, source=RefusedTask.Source.ENQUEUE)
+    task["args"] = (describe(task.get("func")), reason)
+    task["kwargs"] = {}
+    task["func"] = REFUSED_TASK
+    task.pop("hook", None)
+
+
+def refused_task(func: str, reason: str) -> None:
+    """What a refused task runs instead of what it named: nothing but a failure."""
+    raise TaskRefused(f"refused {func}: {reason}")
+
+
+class GuardedOrmBroker(ORM):
+    """django-q2's ORM broker that hands the pusher only tasks the worker may run.
+
+    Q_CLUSTER["broker_class"] names it. A refused row is recorded and deleted in one
+    transaction; a row whose signature does not verify was never unpickled and is recorded
+    and deleted the same way (django-q2's pusher would only log it).
+    """
+
+    def dequeue(self) -> list[tuple[Any, Any]] | None:
+        tasks = super().dequeue()
+        if not tasks:
+            return tasks
+        kept = []
+        for ack_id, payload in tasks:
+            try:
+                task = SignedPackage.loads(payload)
+            except (TypeError, BadSignature) as exc:
+                self._refuse(
+                    ack_id,
+                    func="",
+                    reason=f"not signed with this deployment's SECRET_KEY ({type(exc).__name__}): "
+                    "never unpickled",
+                )
+                continue
+            reason = refusal_reason(task)
+            if reason is None:
+                kept.append((ack_id, payload))
+                continue
+            with transaction.atomic():
+                _record_task(task, reason=reason, source=RefusedTask.Source.BROKER)
+                self.fail(ack_id)
+        return kept
+
+    def _refuse(self, ack_id: Any, *, func: str, reason: str) -> None:
+        with transaction.atomic():
+            record_refusal(
+                func=func,
+                hook="",
+                task_name=f"broker row {ack_id}",
+                group="",
+                reason=reason,
+                source=RefusedTask.Source.BROKER,
+            )
+            self.fail(ack_id)
