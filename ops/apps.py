@@ -15,4 +15,4 @@ class OpsConfig(AppConfig):
 
         from ops.task_guard import refuse_on_enqueue
 
-        return  # pre_enqueue.connect(refuse_on_enqueue, dispatch_uid="ops_task_guard_pre_enqueue")
+        pre_enqueue.connect(refuse_on_enqueue, dispatch_uid="ops_task_guard_pre_enqueue")

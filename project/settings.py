@@ -14,7 +14,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from project import embedded_pg
+from project import embedded_pg, secret_key
 from project.env import env_bool, env_db, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -25,14 +25,15 @@ if (BASE_DIR / ".env").is_file():
     environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 # --- core ---------------------------------------------------------------------------------------
-DEBUG = env_bool("DEBUG", True)
-INSECURE_DEV_SECRET_KEY = "django-insecure-dev-only-never-use-in-production"
-SECRET_KEY = env_str("SECRET_KEY", INSECURE_DEV_SECRET_KEY)
-if not DEBUG and SECRET_KEY == INSECURE_DEV_SECRET_KEY:
-    raise ImproperlyConfigured(
-        "SECRET_KEY is the insecure development default while DEBUG is off: set SECRET_KEY "
-        "to a long random value (python -c 'import secrets; print(secrets.token_urlsafe(50))')."
-    )
+DEBUG = env_bool("DEBUG", False)
+# A key of real strength, whatever DEBUG says: django-q2 unpickles what is signed with it.
+# Unset on the embedded default: the random key scripts/run-worker wrote under VAR_DIR
+# (project/secret_key.py says why and how).
+SECRET_KEY = secret_key.configured_key(
+    env_value=env_str("SECRET_KEY", ""),
+    var_dir=VAR_DIR,
+    embedded=not env_str("DATABASE_URL", ""),
+)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -144,6 +145,9 @@ Q_CLUSTER = {
     "save_limit": env_int("Q_SAVE_LIMIT", 250, minimum=0),
     "poll": env_float("Q_POLL", 0.2, minimum=0.05),  # seconds between ORM broker polls
     "label": "Django Q2",
+    # Refuses, records and deletes every broker row naming a function outside the allowlist
+    # in code (ops/task_guard.py), before a worker imports anything (issue 19).
+    "broker_class": "ops.task_guard.GuardedOrmBroker",
     # Refuses, records and deletes every broker row naming a function outside the allowlist
     # in code (ops/task_guard.py), before a worker imports anything (issue 19).
     "sync": env_bool("Q_SYNC", False),

@@ -178,7 +178,7 @@ def test_a_hostile_schedule_inserted_by_sql_while_the_cluster_runs_never_runs(
     assert any("task(s) refused" in f for f in findings)
     assert any("schedule 'hostile' (func os.system) is not defined in code" in f for f in findings)
     page = admin_client.get("/admin/worker-health/").content.decode()
-    assert "tasks refused" in page and "schedule &#x27;hostile&#x27;" in page
+    assert "task(s) refused" in page and "schedule &#x27;hostile&#x27;" in page
     assert _metric(client, settings, "worker_tasks_refused") >= 3
     assert _metric(client, settings, "worker_schedules_unknown") == 1
 
