@@ -18,9 +18,11 @@ RUN pip install . && useradd --create-home --uid 1000 worker && mkdir -p /app/va
     && chown worker /app/var
 USER worker
 
-# DEBUG=false here: SECRET_KEY must come from the env file.
+# DEBUG=false here: SECRET_KEY must come from the env file. collectstatic needs settings
+# that load, so it gets a throwaway random key that no running container ever holds;
+# WhiteNoise serves what it collects (issue 19).
 ENV DEBUG=false
-RUN SECRET_KEY=build-only python manage.py collectstatic --no-input
+RUN SECRET_KEY="$(python -m project.secret_key generate)" python manage.py collectstatic --no-input
 
 EXPOSE 8000
 CMD ["python", "manage.py", "qcluster"]

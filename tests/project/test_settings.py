@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.support.processes import PROJECT_ROOT, child_env
 
 
@@ -22,15 +24,110 @@ def _django_setup(code: str = "", **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_insecure_secret_key_is_refused_when_debug_is_off():
-    result = _django_setup(DEBUG="false", SECRET_KEY="")
+DEV_KEY = "django-insecure-dev-only-never-use-in-production"  # the old DEBUG default
+PLACEHOLDER = "change-me-to-a-long-random-string"  # .env.example
+
+
+def _last_line(result: subprocess.CompletedProcess) -> str:
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_debug_defaults_to_false():
+    result = _django_setup("from django.conf import settings; print(settings.DEBUG)", DEBUG="")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("debug", ["false", "true"])
+@pytest.mark.parametrize(
+    ("key", "why"),
+    [
+        (DEV_KEY, "it is a published placeholder"),
+        (PLACEHOLDER, "it is a published placeholder"),
+        ("django-insecure-" + "k3y" * 20, "it is a published placeholder"),
+        ("short-key", "it has 9 characters, fewer than 50"),
+        ("x" * 60, "it has fewer than 5 distinct characters"),
+    ],
+)
+def test_a_weak_or_published_secret_key_stops_start_up_in_one_line(debug, key, why):
+    """Issue 19.2: DEBUG on or off, the dev key, the .env.example placeholder and anything
+    short are refused, and the one line says which variable and why."""
+    result = _django_setup(DEBUG=debug, SECRET_KEY=key)
     assert result.returncode != 0
-    assert "SECRET_KEY is the insecure development default while DEBUG is off" in result.stderr
+    assert f"SECRET_KEY is refused: {why}. Set SECRET_KEY to a long random value" in _last_line(
+        result
+    )
+
+
+def test_without_a_secret_key_a_real_database_does_not_start():
+    """A deployment with DATABASE_URL needs the key web and worker share: none is made up."""
+    result = _django_setup(SECRET_KEY="")
+    assert result.returncode != 0
+    assert _last_line(result).endswith(
+        "SECRET_KEY is not set: with DATABASE_URL, set SECRET_KEY (the same for web and "
+        "worker) to a long random value (python -c 'import secrets; "
+        "print(secrets.token_urlsafe(50))')"
+    )
 
 
 def test_a_real_secret_key_starts_with_debug_off():
-    result = _django_setup(DEBUG="false", SECRET_KEY="x" * 50)
+    result = _django_setup(DEBUG="false", SECRET_KEY="k" * 40 + "0123456789")
     assert result.returncode == 0, result.stderr
+
+
+def _embedded_default(tmp_path, code: str) -> subprocess.CompletedProcess:
+    env = child_env(WORKER_VAR_DIR=str(tmp_path), SECRET_KEY="")
+    env.pop("DATABASE_URL")
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup();" + code],
+        env=env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _ensure_key(tmp_path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "project.secret_key", "ensure"],
+        env=child_env(WORKER_VAR_DIR=str(tmp_path)),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+
+def test_the_embedded_default_uses_the_random_key_written_on_first_start(tmp_path):
+    """scripts/run-worker runs `python -m project.secret_key ensure` before anything else."""
+    read_key = "from django.conf import settings; print(settings.SECRET_KEY)"
+    before = _embedded_default(tmp_path, read_key)
+    assert before.returncode != 0
+    assert "SECRET_KEY is not set and" in _last_line(before)
+
+    assert _ensure_key(tmp_path).stdout.strip() == str(tmp_path / "secret_key")
+    key_file = tmp_path / "secret_key"
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    first = _embedded_default(tmp_path, read_key)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == key_file.read_text().strip()
+    assert len(first.stdout.strip()) >= 50
+
+    _ensure_key(tmp_path)  # a second start keeps the key
+    assert _embedded_default(tmp_path, read_key).stdout == first.stdout
+    run_worker = (PROJECT_ROOT / "scripts" / "run-worker").read_text()
+    assert "python -m project.secret_key ensure" in run_worker
+
+
+def test_a_key_file_other_users_can_read_is_refused(tmp_path):
+    _ensure_key(tmp_path)
+    (tmp_path / "secret_key").chmod(0o644)
+    result = _embedded_default(tmp_path, "")
+    assert result.returncode != 0
+    assert "is readable by other users: chmod 600" in _last_line(result)
 
 
 def test_malformed_setting_names_the_variable():
