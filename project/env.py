@@ -77,3 +77,19 @@ def env_db(name: str, default: str) -> dict[str, Any]:
             f"Environment variable {name} is not a valid database URL "
             f"(e.g. postgres://user:pass@host:5432/dbname): {exc}"
         ) from exc
+
+
+def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """`Header-Name:value` as Django's SECURE_PROXY_SSL_HEADER (("HTTP_HEADER_NAME", value));
+    empty: None."""
+    value = env.str(name, default="").strip()
+    if not value:
+        return None
+    header, sep, expected = value.partition(":")
+    header, expected = header.strip(), expected.strip()
+    if not sep or not header or not expected or " " in header:
+        raise ImproperlyConfigured(
+            f"Environment variable {name}={value!r} is not a header and value: use "
+            "Header-Name:value, e.g. X-Forwarded-Proto:https"
+        )
+    return "HTTP_" + header.upper().replace("-", "_"), expected

@@ -15,7 +15,15 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from project import embedded_pg, secret_key
-from project.env import env_bool, env_db, env_float, env_int, env_list, env_str
+from project.env import (
+    env_bool,
+    env_db,
+    env_float,
+    env_int,
+    env_list,
+    env_proxy_ssl_header,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("WORKER_VAR_DIR", str(BASE_DIR / "var")))
@@ -36,6 +44,17 @@ SECRET_KEY = secret_key.configured_key(
 )
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+# HTTPS (issue 19.3). Off by default so the first run answers on plain http://localhost; a
+# deployment behind TLS sets them (.env.example does) and `manage.py check --deploy` is clean.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 0, minimum=0)  # seconds; 0 = no HSTS
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", False)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", False)
+# "Header-Name:value" the TLS-terminating proxy sets on https requests (and strips from
+# clients), e.g. X-Forwarded-Proto:https; empty = trust no header.
+SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER")
 
 INSTALLED_APPS = [
     "ops",  # before django_q: its qcluster command wraps django-q2's to create schedules first

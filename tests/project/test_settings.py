@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.support.processes import PROJECT_ROOT, child_env
+from tests.support.processes import PROJECT_ROOT, child_env, manage_py
 
 
 def _django_setup(code: str = "", **env: str) -> subprocess.CompletedProcess:
@@ -195,3 +195,58 @@ def test_log_format_json_writes_one_json_object_per_line():
     assert line["action"] == "job_completed"
     assert line["job_id"] == 7
     assert line["levelname"] == "INFO"
+
+
+HTTPS_VARIABLES = (
+    "SECURE_PROXY_SSL_HEADER",
+    "SECURE_SSL_REDIRECT",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "SECURE_HSTS_PRELOAD",
+    "SESSION_COOKIE_SECURE",
+    "CSRF_COOKIE_SECURE",
+)
+
+
+def _env_example() -> dict[str, str]:
+    lines = (PROJECT_ROOT / ".env.example").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
+def test_check_deploy_prints_no_warning_with_the_production_settings_of_env_example():
+    """Issue 19.3: .env.example's HTTPS settings (with a real key) make `check --deploy`
+    clean; without them it warns, so the variables are what does it."""
+    example = _env_example()
+    https = {name: example[name] for name in HTTPS_VARIABLES}
+    key = "k" * 40 + "0123456789"
+    env = child_env(DEBUG=example["DEBUG"], SECRET_KEY=key, **https)
+    result = manage_py("check", "--deploy", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "WARNINGS" not in result.stderr + result.stdout
+    assert "System check identified no issues (0 silenced)." in result.stdout
+
+    bare = manage_py("check", "--deploy", env=child_env(DEBUG="false", SECRET_KEY=key))
+    for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert warning in bare.stderr
+
+
+def test_the_https_settings_come_from_the_environment():
+    code = (
+        "from django.conf import settings as s; print(s.SECURE_PROXY_SSL_HEADER, "
+        "s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, s.SESSION_COOKIE_SECURE, "
+        "s.CSRF_COOKIE_SECURE)"
+    )
+    result = _django_setup(
+        code,
+        SECURE_PROXY_SSL_HEADER="X-Forwarded-Proto:https",
+        SECURE_SSL_REDIRECT="true",
+        SECURE_HSTS_SECONDS="600",
+        SESSION_COOKIE_SECURE="true",
+        CSRF_COOKIE_SECURE="true",
+    )
+    assert result.stdout.strip() == "('HTTP_X_FORWARDED_PROTO', 'https') True 600 True True"
+    off = _django_setup(code)
+    assert off.stdout.strip() == "None False 0 False False"  # plain http for the first run
+    bad = _django_setup(SECURE_PROXY_SSL_HEADER="https")
+    assert bad.returncode != 0
+    assert "SECURE_PROXY_SSL_HEADER='https' is not a header and value" in _last_line(bad)
