@@ -9,6 +9,7 @@ SLACK_BOT_TOKEN. Each app owns one section below; keep settings of an app there.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import environ
@@ -73,6 +74,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The admin's CSS/JS under gunicorn with DEBUG off (issue 19.4): nothing else serves them.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -125,7 +128,18 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = VAR_DIR / "static"  # collectstatic writes here (the image does at build)
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Compressed copies (gzip, brotli if installed) next to each file; no manifest, so a page
+    # renders even where collectstatic never ran (tests, the first run).
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Also serve straight from the apps' static folders: the first run (runserver, DEBUG off by
+# default) needs no collectstatic. Collected files under STATIC_ROOT are served the same way.
+WHITENOISE_USE_FINDERS = True
+# ...so a missing STATIC_ROOT (no collectstatic yet) is expected, not worth a warning.
+warnings.filterwarnings("ignore", message="No directory at: ", category=UserWarning)
 
 # --- logging ------------------------------------------------------------------------------------
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
