@@ -14,6 +14,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from inbound_email.models import InboundEmail
+from jobs.models import Job
+from notifications.models import EmailNotification
+from ops.labels import bounded, fold, job_kinds
 from ops.status import WorkerStatus, worker_status
 
 
@@ -30,9 +34,16 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
     jobs = GaugeMetricFamily(
         "worker_jobs", "Job rows by kind and status.", labels=["kind", "status"]
     )
+    # Labels from bounded sets (ops/labels.py): a kind without a handler in code, or a status
+    # outside the model's choices, is counted as "other".
+    known_kinds = job_kinds()
+    by_labels: dict[tuple[str, str], int] = {}
     for kind, counts in status.jobs_by_kind.items():
         for state, n in counts.items():
-            jobs.add_metric([kind, state], n)
+            key = (bounded(kind, known_kinds), bounded(state, Job.Status.values))
+            by_labels[key] = by_labels.get(key, 0) + n
+    for (kind, state), n in sorted(by_labels.items()):
+        jobs.add_metric([kind, state], n)
     yield jobs
     oldest = status.oldest_due_job
     yield _gauge(
@@ -46,7 +57,7 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
         status.stuck_jobs_total,
     )
     mail = GaugeMetricFamily("worker_inbound_emails", "Inbound mail by status.", labels=["status"])
-    for state, n in status.inbound_by_status.items():
+    for state, n in fold(status.inbound_by_status, InboundEmail.Status.values).items():
         mail.add_metric([state], n)
     yield mail
     yield _gauge(
@@ -62,7 +73,7 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
     notes = GaugeMetricFamily(
         "worker_notifications", "Email notifications by status.", labels=["status"]
     )
-    for state, n in status.notifications_by_status.items():
+    for state, n in fold(status.notifications_by_status, EmailNotification.Status.values).items():
         notes.add_metric([state], n)
     yield notes
     yield _gauge(

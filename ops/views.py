@@ -6,9 +6,10 @@ import hashlib
 import hmac
 
 from django.contrib import admin
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
 from django.template.response import TemplateResponse
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_safe
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -37,14 +38,16 @@ def _bearer(request: HttpRequest) -> str:
     return credentials.strip() if scheme.lower() == "bearer" else ""
 
 
+@csrf_exempt  # it only reads: without this, CSRF answered a POST 403 before require_safe
 @never_cache
 @require_safe
 def metrics_view(request: HttpRequest) -> HttpResponse:
-    """404 while METRICS_TOKEN is unset (the endpoint does not exist); 401 without the right
+    """A plain 404 while METRICS_TOKEN is unset (the endpoint does not exist; never Django's
+    DEBUG page, which lists the URLconf); 405 for anything but GET/HEAD; 401 without the right
     `Authorization: Bearer <token>`; else the figures in Prometheus' text format."""
     token = get_config().metrics_token
     if not token:
-        raise Http404("metrics are off")
+        return HttpResponseNotFound("Not Found\n", content_type="text/plain")
     supplied = _bearer(request)
     if not supplied or not hmac.compare_digest(_digest(supplied), _digest(token)):
         response = HttpResponse("metrics token missing or wrong\n", status=401)

@@ -58,21 +58,25 @@ def test_a_missing_or_wrong_token_is_refused(client, settings, authorization):
 def test_metrics_expose_worker_status_figures(client, settings):
     settings.METRICS_TOKEN = TOKEN
     now = timezone.now()
+    # Kinds with a handler in code (ops/handlers.py, inbound_email/handlers.py): since issue 19
+    # any other kind is exported as "other".
     baker.make(
         Job,
-        kind="report.render",
+        kind="demo.greet",
         status="queued",
         max_attempts=5,
         run_after=now - timedelta(minutes=10),
     )
     baker.make(
         Job,
-        kind="report.render",
+        kind="demo.greet",
         status="processing",
         max_attempts=5,
         lease_expires_at=now - timedelta(minutes=1),
     )
-    baker.make(Job, kind="mail.relay", status="failed", max_attempts=5, failed_at=now)
+    baker.make(
+        Job, kind="inbound_email.relay_reply", status="failed", max_attempts=5, failed_at=now
+    )
     baker.make(InboundEmail, store_key="q-1", status="quarantined")
     baker.make(EmailNotification, status="sending", claimed_at=now - timedelta(hours=2))
     [slot] = spare_slots(1)
@@ -83,8 +87,9 @@ def test_metrics_expose_worker_status_figures(client, settings):
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/plain; version=")
     samples = _samples(response.content)
-    assert samples[("worker_jobs", (("kind", "report.render"), ("status", "queued")))] == 1
-    assert samples[("worker_jobs", (("kind", "mail.relay"), ("status", "failed")))] == 1
+    assert samples[("worker_jobs", (("kind", "demo.greet"), ("status", "queued")))] == 1
+    relay = (("kind", "inbound_email.relay_reply"), ("status", "failed"))
+    assert samples[("worker_jobs", relay)] == 1
     assert samples[("worker_jobs_stuck", ())] == 1
     assert samples[("worker_job_oldest_due_seconds", ())] >= 600
     assert samples[("worker_inbound_emails", (("status", "quarantined"),))] == 1
@@ -124,3 +129,52 @@ def test_every_documented_alert_rule_uses_an_exported_metric(client, settings):
     assert used and used <= exported, used - exported
     # worker_status's seven exit reasons, plus the scrape itself
     assert len(rules) == 8
+
+
+def test_a_disabled_endpoint_answers_a_plain_404_even_with_debug_on(client, settings):
+    """Issue 19.9: never Django's DEBUG 404 page (it lists every URL pattern)."""
+    settings.METRICS_TOKEN = ""
+    settings.DEBUG = True
+    for method in (client.get, client.head):
+        response = method("/metrics")
+        assert response.status_code == 404
+        assert response["Content-Type"] == "text/plain"
+        assert response.content in (b"Not Found\n", b"")  # HEAD: no body
+
+
+def test_post_answers_405_not_a_csrf_403(client, settings):
+    settings.METRICS_TOKEN = TOKEN
+    client.handler.enforce_csrf_checks = True  # as a browser-less scraper meets it
+    response = client.post("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 405
+    assert response["Allow"] == "GET, HEAD"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_thousand_inserted_kinds_stay_one_other_series(client, settings):
+    """Issue 19.9: labels come from bounded sets: kinds registered in code, the rest `other`
+    (before: one series per distinct kind ever inserted, 20,001 series for 20,000 kinds)."""
+    from django.db import connection
+
+    settings.METRICS_TOKEN = TOKEN
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, "
+            "run_after, created_at, locked_by, last_error) "
+            "SELECT 'hostile.' || i, '{}', CASE WHEN i % 2 = 0 THEN 'queued' ELSE 'cancelled' END, "
+            "0, 0, 5, now() + interval '1 hour', now(), '', '' "
+            "FROM generate_series(1, 20000) AS i"
+        )
+    baker.make(
+        Job, kind="demo.greet", status="completed", max_attempts=5, completed_at=timezone.now()
+    )
+
+    body = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).content
+    series = {
+        labels: value for (name, labels), value in _samples(body).items() if name == "worker_jobs"
+    }
+    assert series == {
+        (("kind", "demo.greet"), ("status", "completed")): 1,
+        (("kind", "other"), ("status", "cancelled")): 10000,
+        (("kind", "other"), ("status", "queued")): 10000,
+    }
