@@ -30,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 LEASE_ALIAS = "canonical_ids_lease"
 LOCK_TIMEOUT_MS = 5000  # a lease statement never waits longer than this on a row lock
+# ...nor runs longer than this in all (issue 19.10): a hung server or a stuck statement
+# fails the lease call, which the renewal then retries, instead of holding the thread.
+STATEMENT_TIMEOUT_MS = 10000
 TABLE = WriterSlotLease._meta.db_table
 
 
@@ -71,6 +74,7 @@ def lease_connection() -> Iterator[BaseDatabaseWrapper]:
         conn.ensure_connection()
         with conn.cursor() as cursor:
             cursor.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
+            cursor.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         yield conn
     finally:
         conn.close()

@@ -41,6 +41,9 @@ WAKE_TASK_NAME = "jobs wake-up"
 WAIT_SECONDS = 1.0  # longest wait for a notification before checking whether to stop
 RECONNECT_BASE_SECONDS = 0.5  # backoff between reconnect attempts, doubled up to the cap
 RECONNECT_CAP_SECONDS = 30.0
+# The listener's connection lives as long as the qcluster: no statement on it may hang it
+# (issue 19.10); a timeout is an error like a lost connection, so it reconnects.
+STATEMENT_TIMEOUT_MS = 10000
 
 
 def wake_tasks_in_broker(*, funcs: dict[int, str] | None = None) -> tuple[int, int]:
@@ -151,6 +154,7 @@ class WakeListener:
         self.connection = psycopg.connect(
             **params, autocommit=True, application_name="jobs-wake-listener"
         )
+        self.connection.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         self.connection.execute(f"LISTEN {CHANNEL}")
         self.connects += 1
         logger.info(

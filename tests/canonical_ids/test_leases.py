@@ -111,3 +111,14 @@ def test_lease_acquire_skips_live_leases_and_takes_expired_ones(settings):
     with pytest.raises(SlotUnavailable):
         leases.lease_acquire(slots=[80, 81], holder=holder, ttl=60)
     assert not leases.lease_renew(slot=80, token=live.token, last_ts="", ttl=60)
+
+
+def test_the_lease_connection_has_a_statement_timeout():
+    """Issue 19.10: no lease statement can hang its caller (nor hold a row lock) for long."""
+    from canonical_ids.leases import lease_connection
+
+    with lease_connection() as conn, conn.cursor() as cursor:
+        cursor.execute("SHOW statement_timeout")
+        assert cursor.fetchone()[0] == "10s"
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "5s"

@@ -214,3 +214,13 @@ def test_a_burst_of_enqueues_leaves_at_most_workers_plus_two_wake_tasks_in_the_b
         sampler.join(timeout=10)
     print(f"peak wake tasks in the broker: {peak}")
     assert 1 <= peak <= workers + 2
+
+
+def test_the_listen_connection_has_a_statement_timeout():
+    """Issue 19.10: the connection lives as long as the qcluster; no statement hangs it."""
+    listener = WakeListener(workers=1)
+    listener._connect()
+    try:
+        assert listener.connection.execute("SHOW statement_timeout").fetchone()[0] == "10s"
+    finally:
+        listener.close()
