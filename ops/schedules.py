@@ -117,6 +117,14 @@ def disable_unknown_schedules() -> list[Schedule]:
     return unknown
 
 
+def disabled_line(schedule: Schedule) -> str:
+    """What `setup_schedules` and `qcluster` print for a schedule they disabled."""
+    return (
+        f"disabled unknown schedule {schedule.name!r} (id {schedule.pk}, func "
+        f"{schedule.func}): schedules come only from code (ops/schedules.py)"
+    )
+
+
 def unknown_schedules_enabled() -> list[Schedule]:
     """Schedules not defined in code that django-q2 would still run (repeats != 0)."""
     return list(

@@ -9,7 +9,7 @@ from django_q.management.commands.qcluster import Command as DjangoQClusterComma
 
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
-from ops.schedules import disable_unknown_schedules, ensure_schedules
+from ops.schedules import disable_unknown_schedules, disabled_line, ensure_schedules
 
 
 class Command(DjangoQClusterCommand):
@@ -26,10 +26,7 @@ class Command(DjangoQClusterCommand):
             )
         )
         for schedule in disable_unknown_schedules():
-            self.stdout.write(
-                f"disabled unknown schedule {schedule.name!r} (id {schedule.pk}, func "
-                f"{schedule.func}): schedules come only from code (ops/schedules.py)"
-            )
+            self.stdout.write(disabled_line(schedule))
         settings.SECRET_KEY  # noqa: B018 - as django-q2's command: refuse to start without it
         if options.get("cluster_name"):  # as django-q2's command: the broker's queue name
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]

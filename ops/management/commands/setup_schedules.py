@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand
 
-from ops.schedules import disable_unknown_schedules, ensure_schedules
+from ops.schedules import disable_unknown_schedules, disabled_line, ensure_schedules
 
 
 class Command(BaseCommand):
@@ -14,7 +14,4 @@ class Command(BaseCommand):
             )
         )
         for schedule in disable_unknown_schedules():
-            self.stdout.write(
-                f"disabled unknown schedule {schedule.name!r} (id {schedule.pk}, func "
-                f"{schedule.func}): schedules come only from code (ops/schedules.py)"
-            )
+            self.stdout.write(disabled_line(schedule))
