@@ -43,8 +43,10 @@ def test_readme_run_command_shows_the_demo_and_starts_qcluster_on_embedded_postg
     env = {
         key: value
         for key, value in os.environ.items()
-        if not key.startswith(("DATABASE_URL", "AWS_", "SLACK_", "INBOUND_EMAIL", "EMAIL_"))
-    }
+        if not key.startswith(
+            ("DATABASE_URL", "SECRET_KEY", "AWS_", "SLACK_", "INBOUND_EMAIL", "EMAIL_")
+        )
+    }  # no SECRET_KEY either (issue 19.2): the first start writes a random one under var/
     # Not under pytest's shared basetemp: the embedded server runs as another user when root
     # and must traverse the path (pytest resets its basetemp root to 0700).
     var_dir = Path(tempfile.mkdtemp(prefix="worker-demo-")) / "var"
@@ -91,4 +93,7 @@ def test_readme_run_command_shows_the_demo_and_starts_qcluster_on_embedded_postg
     assert database["where"] == f"{var_dir / 'pg'}/worker"
     assert (var_dir / "pg" / "PG_VERSION").is_file()
     assert not (var_dir / "pg" / "postmaster.pid").exists()  # stopped on exit
+    key_file = var_dir / "secret_key"  # generated on the first start, private
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    assert len(key_file.read_text().strip()) >= 50
     shutil.rmtree(var_dir.parent)
