@@ -135,10 +135,12 @@ STORAGES = {
     # renders even where collectstatic never ran (tests, the first run).
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
-# Also serve straight from the apps' static folders: the first run (runserver, DEBUG off by
-# default) needs no collectstatic. Collected files under STATIC_ROOT are served the same way.
-WHITENOISE_USE_FINDERS = True
-# ...so a missing STATIC_ROOT (no collectstatic yet) is expected, not worth a warning.
+# Until collectstatic has filled STATIC_ROOT (the image does it at build), serve straight
+# from the apps' static folders, so the first run (runserver, DEBUG off by default) needs no
+# collectstatic. Once collected, only STATIC_ROOT: with the finders on, WhiteNoise would
+# serve the apps' uncompressed copies over the collected ones.
+WHITENOISE_USE_FINDERS = not STATIC_ROOT.is_dir()
+# A missing STATIC_ROOT (no collectstatic yet) is expected, not worth a warning.
 warnings.filterwarnings("ignore", message="No directory at: ", category=UserWarning)
 
 # --- logging ------------------------------------------------------------------------------------

@@ -28,6 +28,12 @@ def test_the_admin_is_styled_under_gunicorn_with_debug_off(
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/css")
         assert "max-age" in response.headers["Cache-Control"]
+    # The collected files are what is served (the image's collectstatic), gzipped on request.
+    gzipped = urllib.request.Request(
+        f"{production_admin}/static/admin/css/base.css", headers={"Accept-Encoding": "gzip"}
+    )
+    with urllib.request.urlopen(gzipped) as response:
+        assert response.headers["Content-Encoding"] == "gzip"
     with urllib.request.urlopen(f"{production_admin}/admin/login/") as response:
         assert "Server Error" not in response.read().decode()
 
