@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.urls import reverse
 from model_bakery import baker
 
@@ -110,6 +111,56 @@ def test_processed_mail_cannot_be_reprocessed(admin_client, folder_store, notifi
     assert row.status == "processed"
 
 
+def _staff(client, username: str, *codenames: str):
+    """A logged-in staff user (not a superuser) holding exactly `codenames`."""
+    user = baker.make("auth.User", username=username, is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
+    client.force_login(user)
+    return user
+
+
+def test_raw_download_needs_the_view_permission(client, quarantined, folder_store):
+    """Staff who may not view inbound mail get 403 on its raw source; the admin site itself
+    only asks for is_staff, so the download view must check the model's view permission."""
+    user = _staff(client, "replies-only", "view_reply")
+    url = reverse("admin:inbound_email_inboundemail_raw", args=[quarantined.pk])
+
+    response = client.get(url)
+
+    assert response.status_code == 403
+    assert b"Rating: 4" not in response.content
+    # The control: the same user allowed to view inbound mail downloads it.
+    user.user_permissions.add(Permission.objects.get(codename="view_inboundemail"))
+    allowed = client.get(url)
+    assert allowed.status_code == 200
+    assert allowed.content == folder_store.get("quarantine/q")
+
+
+def test_view_only_staff_neither_see_nor_can_use_reprocess_or_discard(
+    client, quarantined, folder_store
+):
+    """On a quarantined mail whose stored copy exists (so both actions would succeed), a
+    view-only user is offered neither action and a forged POST of either changes nothing."""
+    user = _staff(client, "viewer", "view_inboundemail")
+    changelist = reverse("admin:inbound_email_inboundemail_changelist")
+
+    html = client.get(changelist).content.decode()
+    assert 'value="reprocess"' not in html and 'value="discard"' not in html
+    assert "quarantine" in html  # the mail itself is listed: the page is the real one
+    for action in ("reprocess", "discard"):
+        client.post(changelist, {"action": action, "_selected_action": [quarantined.pk]})
+        row = InboundEmail.objects.get(pk=quarantined.pk)
+        assert (row.status, row.attempts) == ("quarantined", quarantined.attempts), action
+        assert folder_store.exists("quarantine/q")
+
+    # The control: with the change permission the same POST reprocesses it.
+    user.user_permissions.add(Permission.objects.get(codename="change_inboundemail"))
+    assert 'value="reprocess"' in client.get(changelist).content.decode()
+    client.post(changelist, {"action": "reprocess", "_selected_action": [quarantined.pk]})
+    quarantined.refresh_from_db()
+    assert (quarantined.status, quarantined.attempts) == ("received", 0)
+
+
 def _operator_reply(folder_store, notification) -> Reply:
     folder_store.put("m", build_mail(token=notification.token, body="Please add Kim."))
     poll_once()
@@ -136,8 +187,6 @@ def test_operator_acknowledges_a_needs_operator_reply_in_the_admin(
 
 def test_acknowledge_needs_the_change_permission(folder_store, notification, client):
     """R6: a staff user with only the view permission cannot acknowledge."""
-    from django.contrib.auth.models import Permission
-
     reply = _operator_reply(folder_store, notification)
     viewer = baker.make("auth.User", username="viewer", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_reply"))

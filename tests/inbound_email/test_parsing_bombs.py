@@ -220,6 +220,30 @@ def test_limits_come_from_the_settings(settings, folder_store, notification):
     assert row.detail == "INBOUND_EMAIL_MAX_MIME_PARTS: more than 3 MIME parts"
 
 
+# The shipped default (project/settings.py, README's Security table): every other limit test
+# sets its own limits, so this one is the only check of the value a deployment runs with.
+SHIPPED_MAX_MIME_PARTS = 100
+
+
+@pytest.mark.django_db
+def test_the_shipped_mime_part_limit_quarantines_a_mail_just_over_it(folder_store, notification):
+    """With no override of INBOUND_EMAIL_MAX_MIME_PARTS, a mail of exactly the default number
+    of parts (the message itself counted) is read; one part more is quarantined at once."""
+    to = reply_address_for(notification.token)
+    folder_store.put("at-limit", _multipart(SHIPPED_MAX_MIME_PARTS - 1, to=to))
+    folder_store.put("over-limit", _multipart(SHIPPED_MAX_MIME_PARTS, to=to))
+
+    poll_once()
+
+    at_limit = InboundEmail.objects.get(store_key="at-limit")
+    assert (at_limit.status, at_limit.reason) == (Status.AWAITING_RELAY, ""), at_limit.detail
+    assert at_limit.body_text.strip() == "part"  # parsed: its first text part is the reply
+    over = InboundEmail.objects.get(store_key="over-limit")
+    assert (over.status, over.reason) == (Status.QUARANTINED, Reason.MIME_PARTS_LIMIT)
+    assert over.detail == "INBOUND_EMAIL_MAX_MIME_PARTS: more than 100 MIME parts"
+    assert over.attempts == 1  # at once: not retried
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "bomb", [b for b in BOMBS if b.limit and "HEADER" not in b.limit], ids=_ids

@@ -60,6 +60,8 @@ def test_a_lost_connection_mid_batch_delivers_nothing_of_the_batch_then_sends_on
     first, second, third = make_pi(), make_pi(), make_pi()
     install_fault(_KILL_ON_INSERT, second.email)
 
+    sweep_session = _backend_pid()  # the sweep runs on this session and locks on it
+
     with pytest.raises(OperationalError):
         sweep_new_proposals()
 
@@ -69,7 +71,11 @@ def test_a_lost_connection_mid_batch_delivers_nothing_of_the_batch_then_sends_on
         cursor.execute("DROP TRIGGER test_kill_session ON notifications_emailnotification")
         cursor.execute("DROP FUNCTION test_kill_session()")
     # The client hears FATAL before the dying backend has exited and let go of its locks.
-    wait_until(lambda: _advisory_locks() == 0, "the lock to go with the session", timeout=30)
+    wait_until(
+        lambda: _advisory_locks(pids=[sweep_session, _backend_pid()]) == 0,
+        "the lock to go with the session",
+        timeout=30,
+    )
 
     summary = sweep_new_proposals()
 
@@ -116,7 +122,20 @@ def test_a_connection_lost_while_recording_a_send_is_recorded_after_reconnecting
     )
 
 
-def _advisory_locks() -> int:
+def _backend_pid() -> int:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
+        cursor.execute("SELECT pg_backend_pid()")
+        return cursor.fetchone()[0]
+
+
+def _advisory_locks(*, pids: list[int]) -> int:
+    """Advisory locks held in this test's database by this test's sessions (`pids`): not
+    the whole server's, which other tests and runs on the same PostgreSQL may hold."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND pid = ANY(%s)",
+            [pids],
+        )
         return cursor.fetchone()[0]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -97,3 +99,69 @@ def test_readme_run_command_shows_the_demo_and_starts_qcluster_on_embedded_postg
     assert oct(key_file.stat().st_mode & 0o777) == "0o600"
     assert len(key_file.read_text().strip()) >= 50
     shutil.rmtree(var_dir.parent)
+
+
+def _embedded_env(var_dir: Path, **settings: str) -> dict[str, str]:
+    """A new user's environment: the embedded PostgreSQL under `var_dir`, nothing else set."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DATABASE_URL", "AWS_", "SLACK_", "INBOUND_EMAIL", "EMAIL_"))
+    }
+    env["WORKER_VAR_DIR"] = str(var_dir)
+    env.update(settings)
+    return env
+
+
+def _run(args: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"{args}: {done.stdout[-2000:]}{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.mark.slow
+def test_demo_with_the_console_backend_writes_its_mail_to_files_not_stdout():
+    """The demo on the project's embedded PostgreSQL (the only database it may run on), with
+    Django's console mail backend configured: the report is all stdout shows; the six
+    notification mails are files under WORKER_VAR_DIR/sent_mail/."""
+    # Not under pytest's basetemp: as root the embedded server runs as another user and must
+    # traverse the path (see the README test above).
+    var_dir = Path(tempfile.mkdtemp(prefix="worker-demo-mail-")) / "var"
+    env = _embedded_env(var_dir, EMAIL_BACKEND="django.core.mail.backends.console.EmailBackend")
+    user = str(os.getpid())
+    try:
+        _run(["-m", "project.embedded_pg", "start", "--user", user], env, timeout=180)
+        try:
+            _run(["manage.py", "migrate", "--no-input"], env, timeout=300)
+            demo = _run(["manage.py", "demo"], env, timeout=300)
+        finally:
+            _run(["-m", "project.embedded_pg", "stop", "--user", user], env, timeout=120)
+        _check_demo_mail(demo.stdout, var_dir / "sent_mail")
+    finally:
+        shutil.rmtree(var_dir.parent, ignore_errors=True)
+
+
+def _check_demo_mail(out: str, outbox: Path) -> None:
+    """The demo's stdout is its report alone; its mails are in `outbox`."""
+    assert "Demo run" in out
+    assert f"The notification mails are in {outbox}/." in out
+    recipients = re.findall(r"new_proposal +to (\S+) ", out)
+    assert len(recipients) == 6, out
+    # Not on stdout: no message header, no recipient's mail.
+    assert "Subject:" not in out and "Content-Type:" not in out and "MIME-Version" not in out
+    files = sorted(outbox.glob("*.log"))
+    assert files, f"no mail file in {outbox}"
+    mails = "".join(path.read_text() for path in files)
+    # Every mail the demo sent (the notices, then the review requests and a rejection notice
+    # from its pass of the schedules) is in the files, each new-proposal notice once.
+    assert mails.count("\nSubject: New proposal ready: ") == 6
+    for address in recipients:
+        assert f"\nTo: {address}\n" in mails

@@ -7,6 +7,10 @@ and sampling from a third connection which backends of the test database wait on
 (`pg_stat_activity.wait_event_type = 'Lock'`, or a `pg_locks` entry not granted). That is an
 observation, not a timing: a claim that waits on a held lock keeps waiting until it is
 released, so the sampler cannot miss it.
+
+A relation-extension lock (`wait_event = 'extend'`: two backends growing the same table file
+at once) is not a lock any claim takes or skips; a loaded server shows it between any two
+writers, so it is not counted as a wait.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ SELECT a.pid, coalesce(a.wait_event, ''), left(a.query, 300)
 FROM pg_stat_activity AS a
 WHERE a.datname = current_database()
   AND a.pid <> pg_backend_pid()
-  AND (a.wait_event_type = 'Lock'
-       OR EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.pid = a.pid AND NOT l.granted))
+  AND ((a.wait_event_type = 'Lock' AND a.wait_event <> 'extend')
+       OR EXISTS (SELECT 1 FROM pg_locks AS l
+                  WHERE l.pid = a.pid AND NOT l.granted AND l.locktype <> 'extend'))
 """
 
 

@@ -22,6 +22,7 @@ from inbound_email.services.relay import (
     relay_metadata,
     reply_relay,
     reply_relay_claim,
+    reply_relay_enqueue,
     reply_relay_record,
 )
 from inbound_email.slack import post_message
@@ -206,6 +207,38 @@ def test_missing_channel_is_retried_not_consumed(folder_store, make_notification
     assert slack.posts[0]["channel"] == "C0LATER"
     assert responded(notification)
     assert intake_keys(folder_store) == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("wait", ["backoff", "retry_after"])
+def test_a_second_wake_up_before_the_scheduled_retry_posts_nothing(
+    folder_store, notification, slack, settings, wait
+):
+    """A refused post schedules the next attempt a minute ahead: by the relay's own backoff,
+    or by Slack's Retry-After (the backoff base is 0 here). A second wake-up before then (a
+    duplicate job, the stale-relay sweep) finds the relay not due: Slack hears nothing more
+    and the attempt budget is untouched."""
+    if wait == "backoff":
+        settings.INBOUND_RELAY_BACKOFF_BASE_SECONDS = 60
+        slack.script(SlackServer.error("internal_error"))
+    else:
+        slack.script(SlackServer.rate_limited(retry_after=60))
+    folder_store.put("m", build_mail(token=notification.token, body="Please add Kim as co-PI."))
+    poll_once()
+    run_pending()  # attempt 1: refused, the retry scheduled
+    reply = Reply.objects.get()
+    assert (reply.relay_status, reply.relay_attempts) == (Reply.RelayStatus.PENDING, 1)
+    assert reply.relay_next_attempt_at > timezone.now() + timedelta(seconds=50)
+    assert len(slack.attempts()) == 1
+
+    reply_relay_enqueue(reply_id=reply.pk)  # a second wake-up, due at once
+    run_pending()
+
+    assert len(slack.attempts()) == 1  # nothing posted before the scheduled retry
+    reply.refresh_from_db()
+    assert (reply.relay_status, reply.relay_attempts) == (Reply.RelayStatus.PENDING, 1)
+    assert not responded(notification)
+    assert intake_keys(folder_store) == ["m"]
 
 
 @pytest.mark.django_db
