@@ -43,6 +43,10 @@ class Config:
     retry_max_seconds: int
     claim_timeout_seconds: int
     sweep_batch_size: int  # users per batch
+    send_rate: float  # mails per second for all processes; 0: SES's MaxSendRate
+    send_quota_refresh_seconds: int  # how long GetSendQuota's answer is trusted
+    send_pause_seconds: int  # a daily-quota pause lasts this long before SES is asked again
+    throttle_retry_seconds: float  # wait after a rate refusal before the next try
 
 
 def _int(name: str, default: int, *, minimum: int) -> int:
@@ -52,6 +56,15 @@ def _int(name: str, default: int, *, minimum: int) -> int:
     if value < minimum:
         raise ImproperlyConfigured(f"{name}={value!r} must be at least {minimum}")
     return value
+
+
+def _float(name: str, default: float, *, minimum: float) -> float:
+    value = getattr(settings, name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a number")
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={value!r} must be at least {minimum}")
+    return float(value)
 
 
 def _str(name: str, default: str) -> str:
@@ -110,6 +123,10 @@ def get_config() -> Config:
         # 0 is allowed here (tests: every claim over budget); the environment asks for >= 60.
         claim_timeout_seconds=_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=0),
         sweep_batch_size=_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1),
+        send_rate=_float("NOTIFICATION_SEND_RATE", 0, minimum=0),
+        send_quota_refresh_seconds=_int("NOTIFICATION_SEND_QUOTA_REFRESH_SECONDS", 600, minimum=0),
+        send_pause_seconds=_int("NOTIFICATION_SEND_PAUSE_SECONDS", 900, minimum=0),
+        throttle_retry_seconds=_float("NOTIFICATION_THROTTLE_RETRY_SECONDS", 1, minimum=0),
     )
 
 

@@ -179,3 +179,39 @@ class EmailNotification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} to user {self.user_id} ({self.status})"
+
+
+class SendingState(models.Model):
+    """The one row (pk 1) every worker process paces its sends by: the account's send rate
+    and daily quota as SES last reported them, the token bucket's next free slot, and the
+    pause a daily-quota answer starts (notifications/pacing.py).
+
+    In the database, not in memory, so the pace and the pause hold for every process of every
+    worker container together.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    max_send_rate = models.FloatField(
+        null=True, blank=True, help_text="Mails per second (SES GetSendQuota, or the override)."
+    )
+    max_24_hour_send = models.FloatField(
+        null=True, blank=True, help_text="SES's daily quota (-1: unlimited)."
+    )
+    sent_last_24_hours = models.FloatField(null=True, blank=True)
+    quota_checked_at = models.DateTimeField(null=True, blank=True)
+    next_slot_at = models.DateTimeField(
+        null=True, blank=True, help_text="The token bucket: no send leaves before this time."
+    )
+    paused_until = models.DateTimeField(
+        null=True, blank=True, help_text="All sending waits until then (daily quota reached)."
+    )
+    paused_at = models.DateTimeField(null=True, blank=True)
+    pause_reason = models.TextField(blank=True, default="", db_default="")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(id=1), name="sending_state_single_row"),
+        ]
+
+    def __str__(self) -> str:
+        return "sending state"

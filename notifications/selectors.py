@@ -15,7 +15,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 
 from notifications.conf import get_config
-from notifications.models import EmailNotification, NotificationPreference, Proposal
+from notifications.models import (
+    EmailNotification,
+    NotificationPreference,
+    Proposal,
+    SendingState,
+)
 
 Kind = EmailNotification.Kind
 Status = EmailNotification.Status
@@ -158,3 +163,17 @@ def notifications_stuck_sending(*, now: datetime) -> QuerySet[EmailNotification]
     between the claim and SES (or the sweeps stopped), and the reconciler hands them back."""
     cutoff = now - timedelta(seconds=get_config().claim_timeout_seconds)
     return EmailNotification.objects.filter(status=Status.SENDING, claimed_at__lt=cutoff)
+
+
+def sending_pause(*, now: datetime) -> dict[str, object]:
+    """The shared pace and pause as an operator reads them (notifications/pacing.py):
+    `paused_until` (ISO, or None when sending goes on), `reason`, `paused_since`, and the
+    `max_send_rate` last read from SES (None before the first paced send)."""
+    state = SendingState.objects.filter(pk=1).first()
+    paused = state is not None and state.paused_until is not None and state.paused_until > now
+    return {
+        "paused_until": state.paused_until.isoformat() if paused else None,
+        "paused_since": state.paused_at.isoformat() if paused and state.paused_at else None,
+        "reason": state.pause_reason if paused else "",
+        "max_send_rate": state.max_send_rate if state is not None else None,
+    }

@@ -119,10 +119,17 @@ class UserResult:
     expired: int = 0
     stepped_down: bool = False
     invalid_address: int = 0
+    held: int = 0  # new rows recorded `pending` because sending is paused
 
 
-def apply_user(kind: str, user: Any, work: UserWork, clock: Clock) -> UserResult:
-    """The user's writes; runs inside the user's savepoint (counted only once it commits)."""
+def apply_user(
+    kind: str, user: Any, work: UserWork, clock: Clock, *, hold_until: datetime | None = None
+) -> UserResult:
+    """The user's writes; runs inside the user's savepoint (counted only once it commits).
+
+    With `hold_until` (sending paused for the daily quota, notifications/pacing.py) nothing is
+    claimed: due pending rows stay pending and new ones are recorded `pending`, due then.
+    """
     now = clock.now()
     result = UserResult()
     if work.expire_ids:
@@ -153,6 +160,24 @@ def apply_user(kind: str, user: Any, work: UserWork, clock: Clock) -> UserResult
             problem=problem,
             now=now,
         )
+        return result
+    if hold_until is not None:
+        if work.new_proposals:
+            EmailNotification.objects.bulk_create(
+                [
+                    EmailNotification(
+                        user_id=user.pk,
+                        kind=kind,
+                        proposal=proposal,
+                        to_address=user.email,
+                        status=Status.PENDING,
+                        retry_after=hold_until,
+                        last_error="waiting for the daily quota (sending paused)",
+                    )
+                    for proposal in work.new_proposals
+                ]
+            )
+        result.held = len(work.new_proposals) + len(work.claim_rows)
         return result
     deliveries = result.deliveries
     claimed_at = now

@@ -25,7 +25,11 @@ from inbound_email.selectors import (
 )
 from jobs.models import Job
 from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
-from notifications.selectors import notification_status_counts, notifications_stuck_sending
+from notifications.selectors import (
+    notification_status_counts,
+    notifications_stuck_sending,
+    sending_pause,
+)
 from ops.conf import get_config
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
@@ -47,6 +51,8 @@ class WorkerStatus:
     instruction_relays_stuck: int = 0
     notifications_by_status: dict[str, int] = field(default_factory=dict)
     notifications_stuck_sending: int = 0
+    # All sending paused for SES's daily quota (issue 23): paused_until, reason, max_send_rate.
+    sending: dict[str, Any] = field(default_factory=dict)
     leases: list[dict[str, Any]] = field(default_factory=list)
     needs_operator: list[str] = field(default_factory=list)
     # Not part of the report (as_dict): the total behind the listed stuck rows, and the moment
@@ -165,6 +171,7 @@ def _inbound(status: WorkerStatus, now: datetime) -> None:
 def _notifications(status: WorkerStatus, now: datetime) -> None:
     status.notifications_by_status = notification_status_counts()
     status.notifications_stuck_sending = notifications_stuck_sending(now=now).count()
+    status.sending = sending_pause(now=now)
     if status.notifications_stuck_sending:
         status.needs_operator.append(
             f"{status.notifications_stuck_sending} notification(s) stuck in sending: "

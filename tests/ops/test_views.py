@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inbound_email.models import InboundEmail
 from jobs.models import Job
-from notifications.models import EmailNotification
+from notifications.models import EmailNotification, SendingState
 from tests.support.leases import make_lease, spare_slots
 
 pytestmark = pytest.mark.django_db
@@ -124,3 +124,27 @@ def test_every_documented_alert_rule_uses_an_exported_metric(client, settings):
     assert used and used <= exported, used - exported
     # worker_status's seven exit reasons, plus the scrape itself
     assert len(rules) == 8
+
+
+def test_metrics_show_the_sending_pause(client, settings):
+    """Issue 23: a daily-quota pause of all sending is visible to Prometheus."""
+    settings.METRICS_TOKEN = TOKEN
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    before = _samples(client.get("/metrics", headers=headers).content)
+    assert before[("worker_notifications_sending_paused", ())] == 0
+    until = timezone.now() + timedelta(minutes=15)
+    SendingState.objects.create(
+        pk=1,
+        paused_until=until,
+        paused_at=timezone.now(),
+        max_send_rate=14.0,
+        pause_reason="SES Throttling: Daily message quota exceeded.",
+    )
+
+    samples = _samples(client.get("/metrics", headers=headers).content)
+
+    assert samples[("worker_notifications_sending_paused", ())] == 1
+    assert samples[("worker_notifications_sending_paused_until_seconds", ())] == pytest.approx(
+        until.timestamp()
+    )
+    assert samples[("worker_notifications_max_send_rate", ())] == 14.0

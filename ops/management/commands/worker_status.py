@@ -47,6 +47,11 @@ class Command(BaseCommand):
         out(f"  instruction relays stuck over 24 h: {status.instruction_relays_stuck}")
         out("Notifications: " + _fmt(status.notifications_by_status))
         out(f"  stuck in sending: {status.notifications_stuck_sending}")
+        if status.sending.get("paused_until"):
+            out(
+                f"  SENDING PAUSED until {status.sending['paused_until']}: "
+                f"{status.sending['reason']}"
+            )
         out(f"Writer slots:  {len(status.leases)} held")
         for lease in status.leases:
             out(
