@@ -88,6 +88,9 @@ class EmailNotification(models.Model):
         RESPONDED = "responded", "Responded"
         EXPIRED = "expired", "Expired"
         FAILED = "failed", "Failed"
+        # Never sent: the address is on the suppression list (a hard bounce, a complaint, or
+        # three soft bounces in 7 days). Final, like failed.
+        SUPPRESSED = "suppressed", "Suppressed (address bounced or complained)"
 
     class FailureReason(models.TextChoices):
         NONE = "", "—"
@@ -171,7 +174,15 @@ class EmailNotification(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(
-                    status__in=["pending", "sending", "sent", "responded", "expired", "failed"]
+                    status__in=[
+                        "pending",
+                        "sending",
+                        "sent",
+                        "responded",
+                        "expired",
+                        "failed",
+                        "suppressed",
+                    ]
                 ),
                 name="notification_status_valid",
             ),
@@ -215,3 +226,67 @@ class SendingState(models.Model):
 
     def __str__(self) -> str:
         return "sending state"
+
+
+class DeliveryFeedback(models.Model):
+    """One bounce or complaint about an address we mailed, as a report told it: a DSN
+    (RFC 3464) or an ARF report (RFC 5965) that reached the inbound address, or an SES event
+    through SNS. notifications/suppression.py turns these into suppressions."""
+
+    class Kind(models.TextChoices):
+        HARD_BOUNCE = "hard_bounce", "Hard bounce (permanent)"
+        SOFT_BOUNCE = "soft_bounce", "Soft bounce (transient)"
+        COMPLAINT = "complaint", "Complaint (marked as spam)"
+
+    class Source(models.TextChoices):
+        DSN = "dsn", "Delivery status notification (inbound mail)"
+        ARF = "arf", "Abuse feedback report (inbound mail)"
+        SES_EVENT = "ses_event", "SES event notification (SNS)"
+
+    address = models.CharField(max_length=320, db_index=True, help_text="Lower-cased.")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    source = models.CharField(max_length=20, choices=Source.choices)
+    report = models.TextField(
+        blank=True, help_text="Where it came from (mail key, SNS message id) and what it said."
+    )
+    occurred_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["address", "kind", "occurred_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["hard_bounce", "soft_bounce", "complaint"]),
+                name="delivery_feedback_kind_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.pk}"
+
+
+class Suppression(models.Model):
+    """An address the sweeps never mail (their rows end `suppressed`): one row per address.
+
+    Active while not lifted and not past `expires_at` (soft bounces suppress for 7 days; a
+    hard bounce or a complaint for good). Lifting it ("unsuppress") needs the
+    `notifications.unsuppress` permission and is logged in the admin's history.
+    """
+
+    class Reason(models.TextChoices):
+        HARD_BOUNCE = "hard_bounce", "Hard bounce"
+        COMPLAINT = "complaint", "Complaint"
+        SOFT_BOUNCES = "soft_bounces", "Three soft bounces in 7 days"
+
+    address = models.CharField(max_length=320, unique=True, help_text="Lower-cased.")
+    reason = models.CharField(max_length=20, choices=Reason.choices)
+    source_report = models.TextField(blank=True, help_text="The report that suppressed it.")
+    suppressed_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: for good.")
+    lifted_at = models.DateTimeField(null=True, blank=True)
+    lifted_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        permissions = [("unsuppress", "Can lift a suppression (mail the address again)")]
+
+    def __str__(self) -> str:
+        return f"suppression #{self.pk} ({self.reason})"

@@ -38,6 +38,7 @@ from notifications.models import EmailNotification
 from notifications.pacing import Pacer
 from notifications.senders import get_sender
 from notifications.senders.base import EmailSender
+from notifications.suppression import notifications_suppress_pending
 from notifications.sweep_delivery import deliver_batch
 from notifications.sweep_plan import Clock
 
@@ -97,6 +98,7 @@ class NoticeSummary:
     released: int = 0  # claims handed back unused (out of claim time, or refused for the rate)
     throttled: int = 0  # sends refused for the rate and tried again (no attempt spent)
     held: int = 0  # claims handed back unspent: sending paused (daily quota)
+    suppressed: int = 0  # pending notices to a suppressed address, recorded `suppressed`
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -145,6 +147,8 @@ def notices_send(
     summary.reconciled = sending.notification_reconcile_stale_claims(
         kind=Kind.REPLY_REJECTED, now=clock.now()
     )
+    # A notice to an address that bounced or complained is never sent (issue 23).
+    summary.suppressed = notifications_suppress_pending(now=clock.now(), kind=Kind.REPLY_REJECTED)
     pacer = Pacer(sender)
     while pacer.hold_until(clock.now()) is None:  # paused (daily quota): the notices wait
         claimed_since = time.monotonic()

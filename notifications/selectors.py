@@ -13,6 +13,7 @@ from typing import Protocol
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models.functions import Lower
 
 from notifications.conf import get_config
 from notifications.models import (
@@ -21,6 +22,7 @@ from notifications.models import (
     Proposal,
     SendingState,
 )
+from notifications.suppression import active_suppressions
 
 Kind = EmailNotification.Kind
 Status = EmailNotification.Status
@@ -40,7 +42,7 @@ def _rows_of_kind(kind: str) -> QuerySet[EmailNotification]:
         rows = rows.filter(
             Q(status__in=OPEN)
             | Q(
-                status__in=[Status.RESPONDED, Status.FAILED],
+                status__in=[Status.RESPONDED, Status.FAILED, Status.SUPPRESSED],
                 proposal__status=Proposal.Status.IN_REVIEW,
             )
         )
@@ -81,7 +83,7 @@ def sweep_candidates(*, kind: str, now: datetime) -> QuerySet[AbstractBaseUser]:
             kind=kind,
             proposal=OuterRef("pk"),
             user=OuterRef("pi"),
-            status__in=[*OPEN, Status.RESPONDED, Status.FAILED],
+            status__in=[*OPEN, Status.RESPONDED, Status.FAILED, Status.SUPPRESSED],
         )
         fresh = in_review.exclude(Exists(asked)).exclude(
             pi__notification_preference__rung=Rung.PAUSED
@@ -101,8 +103,10 @@ def sweep_user_batch(
     """The next `limit` candidate users after `after_id` (keyset pagination), fully loaded.
 
     Each user carries: `notification_preference` (joined; may be missing: defaults apply),
-    `proposals_in_review`, `kind_rows` (see _rows_of_kind) and `last_sent_at` (of this kind).
+    `proposals_in_review`, `kind_rows` (see _rows_of_kind), `last_sent_at` (of this kind) and
+    `is_suppressed` (the address is on the suppression list: notifications/suppression.py).
     """
+    suppressed = active_suppressions(now=now).filter(address=Lower(OuterRef("email")))
     last_sent = (
         EmailNotification.objects.filter(user=OuterRef("pk"), kind=kind, sent_at__isnull=False)
         .order_by("-sent_at")
@@ -113,7 +117,7 @@ def sweep_user_batch(
         .filter(pk__gt=after_id)
         .order_by("pk")
         .select_related("notification_preference")
-        .annotate(last_sent_at=Subquery(last_sent))
+        .annotate(last_sent_at=Subquery(last_sent), is_suppressed=Exists(suppressed))
         .prefetch_related(
             Prefetch(
                 "proposals",

@@ -120,6 +120,7 @@ class UserResult:
     stepped_down: bool = False
     invalid_address: int = 0
     held: int = 0  # new rows recorded `pending` because sending is paused
+    suppressed: int = 0  # rows recorded `suppressed`: the address is on the suppression list
 
 
 def apply_user(
@@ -160,6 +161,9 @@ def apply_user(
             problem=problem,
             now=now,
         )
+        return result
+    if getattr(user, "is_suppressed", False):
+        result.suppressed = _record_suppressed(kind, user, work, now)
         return result
     if hold_until is not None:
         if work.new_proposals:
@@ -243,3 +247,27 @@ def apply_user(
                 )
             )
     return result
+
+
+def _record_suppressed(kind: str, user: Any, work: UserWork, now: datetime) -> int:
+    """The user's address is suppressed: what would be claimed now ends `suppressed`, never
+    sent (a new-proposal notice or review request is not asked again; the sweep's history
+    sees the row). Returns how many rows."""
+    note = "the address is suppressed (bounced or complained): not sent"
+    updated = EmailNotification.objects.filter(
+        pk__in=[row.pk for row in work.claim_rows], status=Status.PENDING
+    ).update(status=Status.SUPPRESSED, retry_after=None, last_error=note, updated_at=now)
+    created = EmailNotification.objects.bulk_create(
+        [
+            EmailNotification(
+                user_id=user.pk,
+                kind=kind,
+                proposal=proposal,
+                to_address=user.email,
+                status=Status.SUPPRESSED,
+                last_error=note,
+            )
+            for proposal in work.new_proposals
+        ]
+    )
+    return updated + len(created)

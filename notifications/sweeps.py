@@ -65,6 +65,7 @@ class SweepSummary:
     released: int = 0  # claims handed back unused (out of claim time, or refused for the rate)
     throttled: int = 0  # sends refused for the rate and tried again (no attempt spent)
     held: int = 0  # mails waiting `pending` for a sending pause (daily quota) to end
+    suppressed: int = 0  # rows recorded `suppressed` (address on the suppression list)
     busy: bool = False  # another worker was running this sweep: this cycle did nothing
     seconds: float = 0.0
 
@@ -186,6 +187,7 @@ def _run_locked(
                 summary.stepped_down += result.stepped_down
                 summary.invalid_address += result.invalid_address
                 summary.held += result.held
+                summary.suppressed += result.suppressed
                 if not result.deliveries:
                     summary.skipped += 1
                 deliveries.extend(result.deliveries)
