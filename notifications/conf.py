@@ -47,6 +47,8 @@ class Config:
     send_quota_refresh_seconds: int  # how long GetSendQuota's answer is trusted
     send_pause_seconds: int  # a daily-quota pause lasts this long before SES is asked again
     throttle_retry_seconds: float  # wait after a rate refusal before the next try
+    ses_events_topic_arns: tuple[str, ...]  # SNS topics /ses/events believes; empty: off
+    ses_events_trusted_cert_urls: tuple[str, ...]  # tests only: a local signing certificate
 
 
 def _int(name: str, default: int, *, minimum: int) -> int:
@@ -72,6 +74,13 @@ def _str(name: str, default: str) -> str:
     if not isinstance(value, str):
         raise ImproperlyConfigured(f"{name}={value!r} must be a string")
     return value
+
+
+def _strings(name: str) -> tuple[str, ...]:
+    value: Any = getattr(settings, name, ())
+    if isinstance(value, str) or not all(isinstance(item, str) for item in value):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a list of strings")
+    return tuple(item.strip() for item in value if item.strip())
 
 
 def sender_path(value: str) -> str:
@@ -127,6 +136,8 @@ def get_config() -> Config:
         send_quota_refresh_seconds=_int("NOTIFICATION_SEND_QUOTA_REFRESH_SECONDS", 600, minimum=0),
         send_pause_seconds=_int("NOTIFICATION_SEND_PAUSE_SECONDS", 900, minimum=0),
         throttle_retry_seconds=_float("NOTIFICATION_THROTTLE_RETRY_SECONDS", 1, minimum=0),
+        ses_events_topic_arns=_strings("SES_EVENTS_TOPIC_ARNS"),
+        ses_events_trusted_cert_urls=_strings("SES_EVENTS_TRUSTED_CERT_URLS"),
     )
 
 

@@ -284,6 +284,12 @@ NOTIFICATION_SEND_QUOTA_REFRESH_SECONDS = env_int(
 NOTIFICATION_SEND_PAUSE_SECONDS = env_int("NOTIFICATION_SEND_PAUSE_SECONDS", 900, minimum=10)
 # A send refused for the rate ("Maximum sending rate exceeded") waits this long, then tries again.
 NOTIFICATION_THROTTLE_RETRY_SECONDS = env_float("NOTIFICATION_THROTTLE_RETRY_SECONDS", 1, minimum=0)
+# SES events through SNS (/ses/events, notifications/ses_events.py): the topic ARNs believed;
+# empty = the endpoint answers 404.
+SES_EVENTS_TOPIC_ARNS = env_list("SES_EVENTS_TOPIC_ARNS", [])
+# Never from the environment: signing-certificate URLs accepted besides SNS's own hosts (the
+# tests' local certificate). In production only sns.<region>.amazonaws.com signs.
+SES_EVENTS_TRUSTED_CERT_URLS: list[str] = []
 # --- ops ----------------------------------------------------------------------------------------
 # Bearer token a Prometheus scrape must send to /metrics; empty = the endpoint answers 404.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")

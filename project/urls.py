@@ -10,6 +10,7 @@ admin.site.index_template = "ops/admin_index.html"
 
 urlpatterns = [
     path("", include("ops.urls")),  # before admin/: admin/worker-health/ is ours
+    path("", include("notifications.urls")),  # /ses/events (SNS)
     path("admin/", admin.site.urls),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]
