@@ -89,7 +89,7 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
 
 
 def _sending_metrics(status: WorkerStatus) -> Iterator[Metric]:
-    """The sending pause (SES daily quota) and the pace (issue 23)."""
+    """The sending pause (SES daily quota), the pace and the bounce / complaint rates (issue 23)."""
     paused_until = status.sending.get("paused_until")
     yield _gauge(
         "worker_notifications_sending_paused",
@@ -100,6 +100,17 @@ def _sending_metrics(status: WorkerStatus) -> Iterator[Metric]:
         "worker_notifications_sending_paused_until_seconds",
         "Unix time the sending pause ends (then SES is asked again); 0 when not paused.",
         datetime.fromisoformat(paused_until).timestamp() if paused_until else 0,
+    )
+    feedback = status.mail_feedback
+    for name, key, doc in (
+        ("worker_notifications_bounce_rate_24h", "bounce_rate", "Hard bounces / mails sent"),
+        ("worker_notifications_complaint_rate_24h", "complaint_rate", "Complaints / mails sent"),
+    ):
+        yield _gauge(name, f"{doc}, last 24 h (SES reviews at 5 % / 0.1 %).", feedback.get(key, 0))
+    yield _gauge(
+        "worker_notifications_suppressed_addresses",
+        "Addresses on the suppression list (bounced or complained), active now.",
+        feedback.get("suppressed_addresses", 0),
     )
     yield _gauge(
         "worker_notifications_max_send_rate",

@@ -26,6 +26,7 @@ from inbound_email.selectors import (
 from jobs.models import Job
 from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
 from notifications.selectors import (
+    feedback_last_24_hours,
     notification_status_counts,
     notifications_stuck_sending,
     sending_pause,
@@ -34,6 +35,11 @@ from ops.conf import get_config
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
 BACKLOG_ALERT_SECONDS = 300
+# SES puts an account under review at these rates; below FEEDBACK_MIN_SENT mails a day the
+# rate is too noisy to page anyone.
+SES_BOUNCE_REVIEW_RATE = 0.05
+SES_COMPLAINT_REVIEW_RATE = 0.001
+FEEDBACK_MIN_SENT = 100
 # Stuck rows listed in full (the count covers them all).
 STUCK_JOBS_LISTED = 50
 
@@ -53,6 +59,8 @@ class WorkerStatus:
     notifications_stuck_sending: int = 0
     # All sending paused for SES's daily quota (issue 23): paused_until, reason, max_send_rate.
     sending: dict[str, Any] = field(default_factory=dict)
+    # Bounces and complaints of the last 24 h and their rates (issue 23).
+    mail_feedback: dict[str, float] = field(default_factory=dict)
     leases: list[dict[str, Any]] = field(default_factory=list)
     needs_operator: list[str] = field(default_factory=list)
     # Not part of the report (as_dict): the total behind the listed stuck rows, and the moment
@@ -172,6 +180,17 @@ def _notifications(status: WorkerStatus, now: datetime) -> None:
     status.notifications_by_status = notification_status_counts()
     status.notifications_stuck_sending = notifications_stuck_sending(now=now).count()
     status.sending = sending_pause(now=now)
+    feedback = status.mail_feedback = feedback_last_24_hours(now=now)
+    if feedback["sent"] >= FEEDBACK_MIN_SENT and (
+        feedback["bounce_rate"] >= SES_BOUNCE_REVIEW_RATE
+        or feedback["complaint_rate"] >= SES_COMPLAINT_REVIEW_RATE
+    ):
+        status.needs_operator.append(
+            f"bounce rate {feedback['bounce_rate']:.1%} / complaint rate "
+            f"{feedback['complaint_rate']:.2%} over the last 24 h: SES reviews an account at "
+            f"{SES_BOUNCE_REVIEW_RATE:.0%} / {SES_COMPLAINT_REVIEW_RATE:.1%} (check the "
+            "suppression list and where the addresses come from)"
+        )
     if status.notifications_stuck_sending:
         status.needs_operator.append(
             f"{status.notifications_stuck_sending} notification(s) stuck in sending: "

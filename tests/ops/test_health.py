@@ -159,3 +159,16 @@ def test_the_page_shows_a_sending_pause(admin_client):
     page = admin_client.get(HEALTH_URL).content.decode()
     assert 'id="sending-paused"' in page
     assert "Sending paused until" in page and "Daily message quota exceeded" in page
+
+
+def test_the_page_shows_the_bounce_and_complaint_rates(admin_client):
+    from notifications.suppression import feedback_record
+
+    now = timezone.now()
+    baker.make(EmailNotification, status="sent", sent_at=now, ses_message_id="m", _quantity=50)
+    feedback_record(address="b@example.net", kind="hard_bounce", source="dsn", report="", now=now)
+    page = admin_client.get(HEALTH_URL).content.decode()
+    assert "50 mail(s) sent" in page
+    assert "bounce rate <strong>2.0 %</strong>" in page
+    assert "complaint rate <strong>0.0 %</strong>" in page
+    assert "1 suppressed address(es)" in page

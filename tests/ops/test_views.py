@@ -148,3 +148,39 @@ def test_metrics_show_the_sending_pause(client, settings):
         until.timestamp()
     )
     assert samples[("worker_notifications_max_send_rate", ())] == 14.0
+
+
+def test_metrics_show_the_bounce_and_complaint_rates_of_the_last_24_hours(client, settings):
+    """Issue 23: 200 mails sent in the last 24 h, 4 hard bounces (one older: not counted) and
+    1 complaint: 2 % and 0.5 %."""
+    from notifications.suppression import feedback_record
+
+    settings.METRICS_TOKEN = TOKEN
+    now = timezone.now()
+    baker.make(
+        EmailNotification,
+        status="sent",
+        sent_at=now - timedelta(hours=1),
+        ses_message_id="m",
+        _quantity=200,
+    )
+    for i in range(4):
+        feedback_record(
+            address=f"b{i}@example.net", kind="hard_bounce", source="dsn", report="", now=now
+        )
+    feedback_record(
+        address="old@example.net",
+        kind="hard_bounce",
+        source="dsn",
+        report="",
+        now=now - timedelta(hours=25),
+    )
+    feedback_record(address="c@example.net", kind="complaint", source="arf", report="", now=now)
+
+    samples = _samples(client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).content)
+
+    assert samples[("worker_notifications_bounce_rate_24h", ())] == pytest.approx(0.02)
+    assert samples[("worker_notifications_complaint_rate_24h", ())] == pytest.approx(0.005)
+    assert samples[("worker_notifications_suppressed_addresses", ())] == 6
+    # 0.5 % complaints is over SES's 0.1 % review rate: worker_status says so.
+    assert samples[("worker_needs_operator_findings", ())] == 1
