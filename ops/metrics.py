@@ -103,8 +103,8 @@ def _sending_metrics(status: WorkerStatus) -> Iterator[Metric]:
     )
     feedback = status.mail_feedback
     for name, key, doc in (
-        ("worker_notifications_bounce_rate_24h", "bounce_rate", "Hard bounces / mails sent"),
-        ("worker_notifications_complaint_rate_24h", "complaint_rate", "Complaints / mails sent"),
+        ("worker_notifications_bounce_rate", "bounce_rate", "Hard bounces / mails sent"),
+        ("worker_notifications_complaint_rate", "complaint_rate", "Complaints / mails sent"),
     ):
         yield _gauge(name, f"{doc}, last 24 h (SES reviews at 5 % / 0.1 %).", feedback.get(key, 0))
     yield _gauge(

@@ -122,8 +122,9 @@ def test_every_documented_alert_rule_uses_an_exported_metric(client, settings):
 
     used = {name for rule in rules for name in re.findall(r"\bworker_[a-z_]+", rule["expr"])}
     assert used and used <= exported, used - exported
-    # worker_status's seven exit reasons, plus the scrape itself
-    assert len(rules) == 8
+    # worker_status's eight exit reasons (the eighth: the bounce / complaint rate, issue 23),
+    # plus the scrape itself
+    assert len(rules) == 9
 
 
 def test_metrics_show_the_sending_pause(client, settings):
@@ -179,8 +180,8 @@ def test_metrics_show_the_bounce_and_complaint_rates_of_the_last_24_hours(client
 
     samples = _samples(client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).content)
 
-    assert samples[("worker_notifications_bounce_rate_24h", ())] == pytest.approx(0.02)
-    assert samples[("worker_notifications_complaint_rate_24h", ())] == pytest.approx(0.005)
+    assert samples[("worker_notifications_bounce_rate", ())] == pytest.approx(0.02)
+    assert samples[("worker_notifications_complaint_rate", ())] == pytest.approx(0.005)
     assert samples[("worker_notifications_suppressed_addresses", ())] == 6
     # 0.5 % complaints is over SES's 0.1 % review rate: worker_status says so.
     assert samples[("worker_needs_operator_findings", ())] == 1
