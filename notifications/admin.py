@@ -15,6 +15,7 @@ from notifications.models import (
     NotificationPreference,
     Proposal,
     Suppression,
+    UnsubscribeRevocation,
 )
 from notifications.selectors import notifications_stuck_sending
 from project.admin import SelectorFilter
@@ -167,3 +168,12 @@ class DeliveryFeedbackAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+@admin.register(UnsubscribeRevocation)
+class UnsubscribeRevocationAdmin(admin.ModelAdmin):
+    """One-click unsubscribe links never expire: adding a row here revokes one (issue 23)."""
+
+    list_display = ("notification", "revoked_at", "reason")
+    raw_id_fields = ("notification",)
+    search_fields = ("notification__token",)

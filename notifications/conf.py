@@ -49,6 +49,7 @@ class Config:
     throttle_retry_seconds: float  # wait after a rate refusal before the next try
     ses_events_topic_arns: tuple[str, ...]  # SNS topics /ses/events believes; empty: off
     ses_events_trusted_cert_urls: tuple[str, ...]  # tests only: a local signing certificate
+    public_base_url: str  # https://host of /unsubscribe/<token>; empty: mailto unsubscribe only
 
 
 def _int(name: str, default: int, *, minimum: int) -> int:
@@ -81,6 +82,15 @@ def _strings(name: str) -> tuple[str, ...]:
     if isinstance(value, str) or not all(isinstance(item, str) for item in value):
         raise ImproperlyConfigured(f"{name}={value!r} must be a list of strings")
     return tuple(item.strip() for item in value if item.strip())
+
+
+def _public_base_url() -> str:
+    value = _str("PUBLIC_BASE_URL", "").strip().rstrip("/")
+    if value and not re.match(r"^https?://[^/\s?#]+(/[^\s?#]*)?$", value):
+        raise ImproperlyConfigured(
+            f"PUBLIC_BASE_URL={value!r} must be the site's base URL, like https://assistant.example.org"
+        )
+    return value
 
 
 def sender_path(value: str) -> str:
@@ -138,6 +148,7 @@ def get_config() -> Config:
         throttle_retry_seconds=_float("NOTIFICATION_THROTTLE_RETRY_SECONDS", 1, minimum=0),
         ses_events_topic_arns=_strings("SES_EVENTS_TOPIC_ARNS"),
         ses_events_trusted_cert_urls=_strings("SES_EVENTS_TRUSTED_CERT_URLS"),
+        public_base_url=_public_base_url(),
     )
 
 

@@ -290,3 +290,17 @@ class Suppression(models.Model):
 
     def __str__(self) -> str:
         return f"suppression #{self.pk} ({self.reason})"
+
+
+class UnsubscribeRevocation(models.Model):
+    """A one-click unsubscribe link that no longer works (issue 23): the links never expire,
+    so an operator revokes one here (e.g. a mail forwarded to a list that keeps clicking)."""
+
+    notification = models.OneToOneField(
+        EmailNotification, on_delete=models.CASCADE, related_name="unsubscribe_revocation"
+    )
+    revoked_at = models.DateTimeField(auto_now_add=True)
+    reason = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"revoked unsubscribe link of notification {self.notification_id}"

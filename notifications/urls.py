@@ -8,4 +8,5 @@ app_name = "notifications"
 
 urlpatterns = [
     path("ses/events", views.ses_events_view, name="ses_events"),
+    path("unsubscribe/<str:token>", views.unsubscribe_view, name="unsubscribe"),
 ]

@@ -290,6 +290,10 @@ SES_EVENTS_TOPIC_ARNS = env_list("SES_EVENTS_TOPIC_ARNS", [])
 # Never from the environment: signing-certificate URLs accepted besides SNS's own hosts (the
 # tests' local certificate). In production only sns.<region>.amazonaws.com signs.
 SES_EVENTS_TRUSTED_CERT_URLS: list[str] = []
+# The https:// base URL this worker's web service is reached at: notifications then carry a
+# one-click List-Unsubscribe link (RFC 8058) to <PUBLIC_BASE_URL>/unsubscribe/<token>.
+# Empty: mailto only (`check --deploy` warns).
+PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "")
 # --- ops ----------------------------------------------------------------------------------------
 # Bearer token a Prometheus scrape must send to /metrics; empty = the endpoint answers 404.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
