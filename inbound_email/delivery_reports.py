@@ -13,11 +13,13 @@ reply parsing: they used to be rejected as replies, and the address was mailed a
 
 `read_delivery_report` only reads; `delivery_report_record` hands each finding to the
 notifications app's suppression list (`notifications.suppression.feedback_record`), in the
-intake's transaction.
+intake's transaction, when the report quotes the reply token of a mail to that address (a
+forged report cannot suppress an address).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,8 +32,10 @@ from flufl.bounce import all_failures
 from inbound_email.parse_limits import ParseLimits, limited_parser
 from inbound_email.parsing import ParsedMail
 from notifications.models import DeliveryFeedback
-from notifications.suppression import FeedbackOutcome, feedback_record
+from notifications.suppression import FeedbackOutcome, addresses_mailed, feedback_record
 from project.redaction import redact_address
+
+logger = logging.getLogger(__name__)
 
 Kind = DeliveryFeedback.Kind
 Source = DeliveryFeedback.Source
@@ -39,6 +43,8 @@ Source = DeliveryFeedback.Source
 _DAEMONS = re.compile(r"^(mailer-daemon|postmaster|mail-daemon|mailerdaemon)@", re.I)
 _STATUS = re.compile(r"\b([245])\.\d{1,3}\.\d{1,3}\b")
 _NOT_COMPLAINTS = {"not-spam"}
+_REPLY_TOKEN = re.compile(rb"\+([0-9a-fA-F]{16,64})@")  # replies+TOKEN@ (reply_address.py)
+_MAX_TOKENS = 50
 
 
 @dataclass(frozen=True)
@@ -158,23 +164,46 @@ def _returned_recipient(part: Message) -> str:
 
 
 def delivery_report_record(
-    *, report: DeliveryReport, mail_key: str, now: datetime
-) -> list[FeedbackOutcome]:
-    """Each finding onto the suppression list; the mail key is the source report."""
-    return [
-        feedback_record(
-            address=finding.address,
-            kind=finding.kind,
-            source=report.source,
-            report=f"inbound mail {mail_key}: {finding.detail}",
-            now=now,
+    *, report: DeliveryReport, raw: bytes, mail_key: str, now: datetime
+) -> tuple[list[FeedbackOutcome], list[Finding]]:
+    """Each finding about an address we mailed onto the suppression list (the mail key is
+    the source report); returns what was recorded and the findings left out.
+
+    A finding counts only when the report quotes the reply token of a notification sent to
+    that address (every DSN and ARF report above returns the original message or its
+    headers): anyone can mail a "bounce" to the inbound address, but only the recipient's
+    mail system has the token. The rest are logged and left out.
+    """
+    tokens = {match.decode().lower() for match in _REPLY_TOKEN.findall(raw)}
+    mailed = addresses_mailed(set(sorted(tokens)[:_MAX_TOKENS]))
+    recorded, left_out = [], []
+    for finding in report.findings:
+        if finding.address not in mailed:
+            left_out.append(finding)
+            continue
+        recorded.append(
+            feedback_record(
+                address=finding.address,
+                kind=finding.kind,
+                source=report.source,
+                report=f"inbound mail {mail_key}: {finding.detail}",
+                now=now,
+            )
         )
-        for finding in report.findings
-    ]
+    if left_out:
+        logger.warning(
+            "report %s names %s address(es) it quotes no notification token of: not recorded",
+            mail_key,
+            len(left_out),
+            extra={"action": "delivery_report_unverified", "mail_key": mail_key},
+        )
+    return recorded, left_out
 
 
-def describe(report: DeliveryReport) -> str:
+def describe(report: DeliveryReport, left_out: list[Finding]) -> str:
     """The ledger row's detail: what the report said, addresses redacted."""
     return "; ".join(
-        f"{finding.kind} for {redact_address(finding.address)}" for finding in report.findings
+        f"{finding.kind} for {redact_address(finding.address)}"
+        + (" (not recorded: quotes no token of a mail to it)" if finding in left_out else "")
+        for finding in report.findings
     )[:1000]

@@ -46,6 +46,19 @@ def active_suppressions(*, now: datetime) -> QuerySet[Suppression]:
     )
 
 
+def addresses_mailed(tokens: set[str]) -> set[str]:
+    """The (lower-cased) addresses the notifications with these reply tokens went to: a
+    report about an address counts only when it quotes the token of a mail to that address
+    (nobody else knows it), so a forged report cannot suppress an arbitrary address."""
+    if not tokens:
+        return set()
+    return set(
+        EmailNotification.objects.filter(token__in=tokens)
+        .annotate(address=Lower("to_address"))
+        .values_list("address", flat=True)
+    )
+
+
 def address_is_suppressed(address: str, *, now: datetime) -> bool:
     return active_suppressions(now=now).filter(address=normalise(address)).exists()
 

@@ -1,4 +1,5 @@
-"""The worker serves the Django admin (with the ops Worker health page) and /metrics; the web
+"""The worker serves the Django admin (with the ops Worker health page), /metrics, the
+one-click unsubscribe (/unsubscribe/<token>) and the SES events endpoint (/ses/events); the web
 app owns every other page."""
 
 from django.contrib import admin

@@ -285,8 +285,11 @@ def _delivery_report(row: InboundEmail, mail: ParsedMail, raw: bytes, now: datet
     if report is None:
         return False
     _map_mail(row, mail)
-    delivery_reports.delivery_report_record(report=report, mail_key=row.store_key, now=now)
-    mail_reject(row, Reason.BOUNCE, f"{report.source}: {delivery_reports.describe(report)}", now)
+    _, left_out = delivery_reports.delivery_report_record(
+        report=report, raw=raw, mail_key=row.store_key, now=now
+    )
+    detail = delivery_reports.describe(report, left_out)
+    mail_reject(row, Reason.BOUNCE, f"{report.source}: {detail}", now)
     return True
 
 

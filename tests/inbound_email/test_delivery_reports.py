@@ -66,8 +66,9 @@ def test_a_bounce_at_the_inbound_address_suppresses_the_address_and_the_sweep_sk
     the address is suppressed with the report as its source, and the next sweep records the
     PI's new-proposal notice `suppressed` instead of mailing it again."""
     pi = baker.make(get_user_model(), username="gone", email="Gone.PI@example.net")
+    earlier = _mailed(pi)
     baker.make(Proposal, pi=pi, title="Soil carbon", status=Proposal.Status.IN_REVIEW)
-    folder_store.put("bounce-1", reports.gmail_hard_bounce(GONE))
+    folder_store.put("bounce-1", reports.gmail_hard_bounce(GONE, earlier.token))
 
     poll_once()
 
@@ -82,16 +83,53 @@ def test_a_bounce_at_the_inbound_address_suppresses_the_address_and_the_sweep_sk
     summary = sweep_new_proposals(now=timezone.now())
 
     assert (summary.sent, summary.suppressed) == (0, 1)
-    row = EmailNotification.objects.get(user=pi)
+    row = EmailNotification.objects.get(user=pi, kind="new_proposal")
     assert row.status == EmailNotification.Status.SUPPRESSED and row.sent_at is None
     assert sweep_new_proposals(now=timezone.now()).suppressed == 0  # recorded once
 
 
 @pytest.mark.django_db(transaction=True)
 def test_a_complaint_report_suppresses_the_address(folder_store):
-    folder_store.put("arf-1", reports.arf_complaint(GONE))
+    pi = baker.make(get_user_model(), username="angry", email=GONE)
+    folder_store.put("arf-1", reports.arf_complaint(GONE, _mailed(pi).token))
     poll_once()
     assert InboundEmail.objects.get().reason == "bounce"
     suppression = Suppression.objects.get()
     assert (suppression.address, suppression.reason) == (GONE, "complaint")
     assert DeliveryFeedback.objects.get().source == "arf"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_report_that_quotes_no_token_of_a_mail_to_the_address_suppresses_nothing(
+    folder_store,
+):
+    """Anyone can mail a "bounce" to the inbound address: a report counts only when it quotes
+    the reply token of a notification sent to the address it names."""
+    pi = baker.make(get_user_model(), username="pi", email=GONE)
+    other = baker.make(get_user_model(), username="other", email="other@example.net")
+    folder_store.put("forged-1", reports.ses_hard_bounce(GONE))  # a token nobody was sent
+    folder_store.put("forged-2", reports.ses_hard_bounce(GONE, _mailed(other).token))
+    folder_store.put("genuine", reports.ses_hard_bounce(GONE, _mailed(pi).token))
+    poll_once()
+    rows = {row.store_key: row for row in InboundEmail.objects.all()}
+    assert {key: row.reason for key, row in rows.items()} == {
+        "forged-1": "bounce",
+        "forged-2": "bounce",
+        "genuine": "bounce",
+    }
+    assert "not recorded" in rows["forged-1"].detail and "not recorded" in rows["forged-2"].detail
+    assert DeliveryFeedback.objects.count() == 1
+    assert Suppression.objects.get().source_report.startswith("inbound mail genuine")
+
+
+def _mailed(user) -> EmailNotification:
+    """A notification that went to `user` (its token is what a real report quotes)."""
+    return baker.make(
+        EmailNotification,
+        user=user,
+        kind="digest",
+        to_address=user.email,
+        status="sent",
+        sent_at=timezone.now(),
+        ses_message_id="m-1",
+    )
