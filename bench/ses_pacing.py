@@ -13,6 +13,8 @@ sweep, one cycle after another until nothing is left to send, in this process:
             notices/rate, throttled calls, failed rows
   quota     --notices notices over a daily quota of --quota: how many sent, waiting
             `pending`, failed, and how many SES calls were refused for the quota
+  2 sweeps  (--concurrent N) N PIs, the new_proposal and proposal_review sweeps at once in
+            two threads with their own database sessions: 2N mails through one shared bucket
 
 Acceptance (issue 23): paced within 1.3x the ideal, under 1 % throttled, none failed; over the
 quota, the rest wait `pending`, none failed.
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +55,7 @@ from notifications.sweeps import run_sweep  # noqa: E402
 from tests.support.ses_limits import SesLimits  # noqa: E402
 
 Status = EmailNotification.Status
+SWEEPS_AT_ONCE = ("new_proposal", "proposal_review")
 
 
 def _populate(count: int) -> None:
@@ -90,6 +94,36 @@ def _sweep_until_done(max_cycles: int = 20) -> dict:
     return totals
 
 
+def _two_sweeps_at_once() -> dict:
+    """The new_proposal and proposal_review sweeps in two threads at once (each its own
+    database session and Pacer, as two worker processes): they share one bucket."""
+    results: dict[str, dict] = {}
+
+    def run(kind: str) -> None:
+        try:
+            totals = {"sent": 0, "failed": 0, "throttled": 0, "held": 0, "cycles": 0}
+            for _ in range(20):
+                summary = run_sweep(kind)
+                totals["cycles"] += 1
+                for key in ("sent", "failed", "throttled", "held"):
+                    totals[key] += getattr(summary, key)
+                if not summary.sent:
+                    break
+            results[kind] = totals
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(kind,)) for kind in SWEEPS_AT_ONCE]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {
+        key: sum(r[key] for r in results.values())
+        for key in ("sent", "failed", "throttled", "held", "cycles")
+    }
+
+
 def _statuses() -> dict[str, int]:
     counts = {}
     for status in Status.values:
@@ -99,8 +133,17 @@ def _statuses() -> dict[str, int]:
     return counts
 
 
-def _scenario(label: str, *, notices: int, rate: float, quota: int | None, override: float) -> dict:
+def _scenario(
+    label: str,
+    *,
+    notices: int,
+    rate: float,
+    quota: int | None,
+    override: float,
+    concurrent: bool = False,
+) -> dict:
     _populate(notices)
+    mails = 2 * notices if concurrent else notices  # two sweeps: a notice and a review each
     with (
         SesLimits(rate=rate, daily_quota=quota) as ses,
         override_settings(
@@ -111,9 +154,9 @@ def _scenario(label: str, *, notices: int, rate: float, quota: int | None, overr
     ):
         os.environ["AWS_ENDPOINT_URL"] = ses.url
         started = time.perf_counter()
-        totals = _sweep_until_done()
+        totals = _two_sweeps_at_once() if concurrent else _sweep_until_done()
         seconds = time.perf_counter() - started
-        ideal = min(notices, quota or notices) / rate
+        ideal = min(mails, quota or mails) / rate
         calls = ses.calls
         row = {
             "label": label,
@@ -129,7 +172,7 @@ def _scenario(label: str, *, notices: int, rate: float, quota: int | None, overr
     os.environ.pop("AWS_ENDPOINT_URL", None)
     share = 100 * row["throttled_calls"] / max(calls, 1)
     print(
-        f"{label:<8} notices={notices:>5} accepted={row['accepted']:>5} "
+        f"{label:<8} mails={mails:>5} accepted={row['accepted']:>5} "
         f"{seconds:7.1f}s (ideal {ideal:6.1f}s, {seconds / ideal:4.2f}x) "
         f"calls={calls:>5} throttled={row['throttled_calls']:>4} ({share:.2f} %) "
         f"quota-refused={row['quota_refused_calls']} cycles={row['cycles']} "
@@ -145,6 +188,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=14.0)
     parser.add_argument("--quota", type=int, default=300)
     parser.add_argument("--baseline", type=int, default=200)
+    parser.add_argument(
+        "--concurrent", type=int, default=0, help="PIs for the two-sweeps-at-once run (0: none)"
+    )
     args = parser.parse_args()
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
     try:
@@ -155,6 +201,20 @@ def main() -> int:
         quota = _scenario(
             "quota", notices=args.notices, rate=args.rate, quota=args.quota, override=0
         )
+        if args.concurrent:
+            both = _scenario(
+                "2 sweeps",
+                notices=args.concurrent,
+                rate=args.rate,
+                quota=None,
+                override=0,
+                concurrent=True,
+            )
+            print(
+                f"two sweeps at once: {both['seconds'] / both['ideal']:.2f}x ideal, "
+                f"{both['throttled_calls']} throttled, "
+                f"{both['statuses'].get(Status.FAILED, 0)} failed (one shared bucket)"
+            )
         ratio = paced["seconds"] / paced["ideal"]
         share = paced["throttled_calls"] / max(paced["calls"], 1)
         failed = paced["statuses"].get(Status.FAILED, 0)
