@@ -142,6 +142,9 @@ class Pacer:
         self._sender = sender
         self._rate: float | None = None
         self._rate_read_at = -math.inf  # monotonic
+        # Set when GetSendQuota showed the daily quota spent: the delivery holds its claims
+        # instead of asking SES for a refusal.
+        self.quota_spent: str = ""
 
     def rate(self) -> float | None:
         """Mails per second for all processes together; None: this sender is not paced."""
@@ -169,13 +172,9 @@ class Pacer:
             return state.max_send_rate or FALLBACK_RATE
         record_quota(quota)
         if quota.exhausted:
-            pause_sending(
-                until=now + timedelta(seconds=get_config().send_pause_seconds),
-                reason=(
-                    f"daily quota spent: {quota.sent_last_24_hours:.0f} of "
-                    f"{quota.max_24_hour_send:.0f} sent in the last 24 h (GetSendQuota)"
-                ),
-                now=now,
+            self.quota_spent = (
+                f"daily quota spent: {quota.sent_last_24_hours:.0f} of "
+                f"{quota.max_24_hour_send:.0f} sent in the last 24 h (GetSendQuota)"
             )
         return quota.max_send_rate
 

@@ -73,6 +73,8 @@ def _send_paced(
     SendThrottled when the rate refused every try."""
     for _ in range(THROTTLE_TRIES):
         pacer.wait_for_slot()
+        if pacer.quota_spent:  # GetSendQuota says SES would refuse: no call
+            raise SendQuotaExceeded(pacer.quota_spent)
         try:
             return sender.send(email)
         except SendThrottled:

@@ -186,3 +186,22 @@ def test_the_daily_quota_pauses_all_sending_and_nothing_fails(make_pi, ses_at, s
     assert (later.sent, later.failed) == (6, 0)
     assert sorted(ses.recipients()) == sorted(pi.email for pi in pis)
     assert SendingState.objects.get().paused_until is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_quota_get_send_quota_shows_spent_holds_without_a_refused_call(make_pi, ses_at):
+    """The account already sent its day's quota (another sender, an earlier run): the rate
+    read finds it spent, so the sweep holds its claims without asking SES for a refusal."""
+    ses = ses_at(rate=100, daily_quota=2)
+    sender = SesEmailSender()
+    sender.send(_outgoing())
+    sender.send(_outgoing())
+    for _ in range(3):
+        make_pi()
+
+    summary = sweep_new_proposals(now=timezone.now())
+
+    assert (summary.sent, summary.failed, summary.held) == (0, 0, 3)
+    assert ses.throttled_quota == 0 and len(ses.accepted) == 2
+    assert set(EmailNotification.objects.values_list("status", "attempts")) == {(Status.PENDING, 0)}
+    assert "GetSendQuota" in SendingState.objects.get().pause_reason
