@@ -5,10 +5,18 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 
-from notifications import services
+from notifications import services, suppression
 from notifications.exceptions import NotificationError
-from notifications.models import EmailNotification, NotificationPreference, Proposal
+from notifications.models import (
+    DeliveryFeedback,
+    EmailNotification,
+    NotificationPreference,
+    Proposal,
+    Suppression,
+    UnsubscribeRevocation,
+)
 from notifications.selectors import notifications_stuck_sending
 from project.admin import SelectorFilter
 
@@ -90,3 +98,82 @@ class NotificationPreferenceAdmin(admin.ModelAdmin):
         for user_id in user_ids:
             services.preference_restore_rung(user_id=user_id)
         self.message_user(request, f"Restored {len(user_ids)} user(s).", messages.SUCCESS)
+
+
+class ActiveSuppressionFilter(SelectorFilter):
+    choices_by_value = {
+        "active": ("Active", lambda now: suppression.active_suppressions(now=now)),
+    }
+
+
+@admin.register(Suppression)
+class SuppressionAdmin(admin.ModelAdmin):
+    """The suppression list (issue 23): read-only; lifting one ("unsuppress") needs the
+    `notifications.unsuppress` permission and is logged in the row's history (LogEntry)."""
+
+    list_display = (
+        "address",
+        "reason",
+        "suppressed_at",
+        "expires_at",
+        "lifted_at",
+        "lifted_by",
+    )
+    list_filter = ("reason", ActiveSuppressionFilter)
+    search_fields = ("address",)
+    date_hierarchy = "suppressed_at"
+    actions = ["unsuppress"]
+
+    def has_unsuppress_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("notifications.unsuppress")
+
+    @admin.action(description="Unsuppress (mail these addresses again)", permissions=["unsuppress"])
+    def unsuppress(self, request: HttpRequest, queryset: QuerySet[Suppression]):
+        now = timezone.now()
+        lifted = 0
+        by = request.user.get_username()
+        for row in queryset:
+            if suppression.suppression_lift(suppression=row, by=by, now=now):
+                self.log_change(request, row, f"Unsuppressed (was: {row.reason})")
+                lifted += 1
+        self.message_user(request, f"Unsuppressed {lifted} address(es).", messages.SUCCESS)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Suppression | None = None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False  # lifting keeps the record; the feedback behind it stays
+
+
+@admin.register(DeliveryFeedback)
+class DeliveryFeedbackAdmin(admin.ModelAdmin):
+    """Every bounce and complaint report received (read-only)."""
+
+    list_display = ("address", "kind", "source", "occurred_at")
+    list_filter = ("kind", "source")
+    search_fields = ("address",)
+    date_hierarchy = "occurred_at"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: DeliveryFeedback | None = None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(UnsubscribeRevocation)
+class UnsubscribeRevocationAdmin(admin.ModelAdmin):
+    """One-click unsubscribe links never expire: adding a row here revokes one (issue 23)."""
+
+    list_display = ("notification", "revoked_at", "reason")
+    raw_id_fields = ("notification",)
+    search_fields = ("notification__token",)

@@ -43,6 +43,13 @@ class Config:
     retry_max_seconds: int
     claim_timeout_seconds: int
     sweep_batch_size: int  # users per batch
+    send_rate: float  # mails per second for all processes; 0: SES's MaxSendRate
+    send_quota_refresh_seconds: int  # how long GetSendQuota's answer is trusted
+    send_pause_seconds: int  # a daily-quota pause lasts this long before SES is asked again
+    throttle_retry_seconds: float  # wait after a rate refusal before the next try
+    ses_events_topic_arns: tuple[str, ...]  # SNS topics /ses/events believes; empty: off
+    ses_events_trusted_cert_urls: tuple[str, ...]  # tests only: a local signing certificate
+    public_base_url: str  # https://host of /unsubscribe/<token>; empty: mailto unsubscribe only
 
 
 def _int(name: str, default: int, *, minimum: int) -> int:
@@ -54,10 +61,35 @@ def _int(name: str, default: int, *, minimum: int) -> int:
     return value
 
 
+def _float(name: str, default: float, *, minimum: float) -> float:
+    value = getattr(settings, name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a number")
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={value!r} must be at least {minimum}")
+    return float(value)
+
+
 def _str(name: str, default: str) -> str:
     value: Any = getattr(settings, name, default)
     if not isinstance(value, str):
         raise ImproperlyConfigured(f"{name}={value!r} must be a string")
+    return value
+
+
+def _strings(name: str) -> tuple[str, ...]:
+    value: Any = getattr(settings, name, ())
+    if isinstance(value, str) or not all(isinstance(item, str) for item in value):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a list of strings")
+    return tuple(item.strip() for item in value if item.strip())
+
+
+def _public_base_url() -> str:
+    value = _str("PUBLIC_BASE_URL", "").strip().rstrip("/")
+    if value and not re.match(r"^https?://[^/\s?#]+(/[^\s?#]*)?$", value):
+        raise ImproperlyConfigured(
+            f"PUBLIC_BASE_URL={value!r} must be the site's base URL, like https://assistant.example.org"
+        )
     return value
 
 
@@ -110,6 +142,13 @@ def get_config() -> Config:
         # 0 is allowed here (tests: every claim over budget); the environment asks for >= 60.
         claim_timeout_seconds=_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=0),
         sweep_batch_size=_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1),
+        send_rate=_float("NOTIFICATION_SEND_RATE", 0, minimum=0),
+        send_quota_refresh_seconds=_int("NOTIFICATION_SEND_QUOTA_REFRESH_SECONDS", 600, minimum=0),
+        send_pause_seconds=_int("NOTIFICATION_SEND_PAUSE_SECONDS", 900, minimum=0),
+        throttle_retry_seconds=_float("NOTIFICATION_THROTTLE_RETRY_SECONDS", 1, minimum=0),
+        ses_events_topic_arns=_strings("SES_EVENTS_TOPIC_ARNS"),
+        ses_events_trusted_cert_urls=_strings("SES_EVENTS_TRUSTED_CERT_URLS"),
+        public_base_url=_public_base_url(),
     )
 
 

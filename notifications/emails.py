@@ -15,6 +15,7 @@ from django.template.loader import render_to_string
 from notifications.conf import get_config
 from notifications.reply_address import reply_address_for
 from notifications.senders.base import OutgoingEmail
+from notifications.unsubscribe import unsubscribe_url
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,20 @@ class Delivery:
 
 
 def unsubscribe_header(token: str) -> str:
-    """RFC 2369 List-Unsubscribe: a mail to the reply address with subject "unsubscribe"."""
-    return f"<mailto:{reply_address_for(token)}?subject={quote('unsubscribe')}>"
+    """RFC 2369 List-Unsubscribe: the one-click https link first (RFC 8058, when
+    PUBLIC_BASE_URL is set), then a mail to the reply address with subject "unsubscribe"."""
+    mailto = f"<mailto:{reply_address_for(token)}?subject={quote('unsubscribe')}>"
+    url = unsubscribe_url(token)
+    return f"<{url}>, {mailto}" if url else mailto
+
+
+def unsubscribe_headers(token: str) -> dict[str, str]:
+    """List-Unsubscribe, and List-Unsubscribe-Post when there is a link to POST to (RFC 8058:
+    Gmail and Yahoo show their unsubscribe button for bulk senders only with both)."""
+    headers = {"List-Unsubscribe": unsubscribe_header(token)}
+    if unsubscribe_url(token):
+        headers["List-Unsubscribe-Post"] = "List-Unsubscribe=One-Click"
+    return headers
 
 
 def render_notification_email(delivery: Delivery, *, expires_at: datetime) -> OutgoingEmail:
@@ -58,7 +71,7 @@ def render_notification_email(delivery: Delivery, *, expires_at: datetime) -> Ou
         reply_to=reply_address_for(delivery.token),
         from_email=get_config().default_from_email,
         headers={
-            "List-Unsubscribe": unsubscribe_header(delivery.token),
+            **unsubscribe_headers(delivery.token),
             "Auto-Submitted": "auto-generated",
             "X-Notification-Kind": delivery.kind,
         },

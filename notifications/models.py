@@ -88,6 +88,9 @@ class EmailNotification(models.Model):
         RESPONDED = "responded", "Responded"
         EXPIRED = "expired", "Expired"
         FAILED = "failed", "Failed"
+        # Never sent: the address is on the suppression list (a hard bounce, a complaint, or
+        # three soft bounces in 7 days). Final, like failed.
+        SUPPRESSED = "suppressed", "Suppressed (address bounced or complained)"
 
     class FailureReason(models.TextChoices):
         NONE = "", "—"
@@ -171,7 +174,15 @@ class EmailNotification(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(
-                    status__in=["pending", "sending", "sent", "responded", "expired", "failed"]
+                    status__in=[
+                        "pending",
+                        "sending",
+                        "sent",
+                        "responded",
+                        "expired",
+                        "failed",
+                        "suppressed",
+                    ]
                 ),
                 name="notification_status_valid",
             ),
@@ -179,3 +190,117 @@ class EmailNotification(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} to user {self.user_id} ({self.status})"
+
+
+class SendingState(models.Model):
+    """The one row (pk 1) every worker process paces its sends by: the account's send rate
+    and daily quota as SES last reported them, the token bucket's next free slot, and the
+    pause a daily-quota answer starts (notifications/pacing.py).
+
+    In the database, not in memory, so the pace and the pause hold for every process of every
+    worker container together.
+    """
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1, editable=False)
+    max_send_rate = models.FloatField(
+        null=True, blank=True, help_text="Mails per second (SES GetSendQuota, or the override)."
+    )
+    max_24_hour_send = models.FloatField(
+        null=True, blank=True, help_text="SES's daily quota (-1: unlimited)."
+    )
+    sent_last_24_hours = models.FloatField(null=True, blank=True)
+    quota_checked_at = models.DateTimeField(null=True, blank=True)
+    next_slot_at = models.DateTimeField(
+        null=True, blank=True, help_text="The token bucket: no send leaves before this time."
+    )
+    paused_until = models.DateTimeField(
+        null=True, blank=True, help_text="All sending waits until then (daily quota reached)."
+    )
+    paused_at = models.DateTimeField(null=True, blank=True)
+    pause_reason = models.TextField(blank=True, default="", db_default="")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(condition=Q(id=1), name="sending_state_single_row"),
+        ]
+
+    def __str__(self) -> str:
+        return "sending state"
+
+
+class DeliveryFeedback(models.Model):
+    """One bounce or complaint about an address we mailed, as a report told it: a DSN
+    (RFC 3464) or an ARF report (RFC 5965) that reached the inbound address, or an SES event
+    through SNS. notifications/suppression.py turns these into suppressions."""
+
+    class Kind(models.TextChoices):
+        HARD_BOUNCE = "hard_bounce", "Hard bounce (permanent)"
+        SOFT_BOUNCE = "soft_bounce", "Soft bounce (transient)"
+        COMPLAINT = "complaint", "Complaint (marked as spam)"
+
+    class Source(models.TextChoices):
+        DSN = "dsn", "Delivery status notification (inbound mail)"
+        ARF = "arf", "Abuse feedback report (inbound mail)"
+        SES_EVENT = "ses_event", "SES event notification (SNS)"
+
+    address = models.CharField(max_length=320, db_index=True, help_text="Lower-cased.")
+    kind = models.CharField(max_length=20, choices=Kind.choices)
+    source = models.CharField(max_length=20, choices=Source.choices)
+    report = models.TextField(
+        blank=True, help_text="Where it came from (mail key, SNS message id) and what it said."
+    )
+    occurred_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["address", "kind", "occurred_at"])]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["hard_bounce", "soft_bounce", "complaint"]),
+                name="delivery_feedback_kind_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.pk}"
+
+
+class Suppression(models.Model):
+    """An address the sweeps never mail (their rows end `suppressed`): one row per address.
+
+    Active while not lifted and not past `expires_at` (soft bounces suppress for 7 days; a
+    hard bounce or a complaint for good). Lifting it ("unsuppress") needs the
+    `notifications.unsuppress` permission and is logged in the admin's history.
+    """
+
+    class Reason(models.TextChoices):
+        HARD_BOUNCE = "hard_bounce", "Hard bounce"
+        COMPLAINT = "complaint", "Complaint"
+        SOFT_BOUNCES = "soft_bounces", "Three soft bounces in 7 days"
+
+    address = models.CharField(max_length=320, unique=True, help_text="Lower-cased.")
+    reason = models.CharField(max_length=20, choices=Reason.choices)
+    source_report = models.TextField(blank=True, help_text="The report that suppressed it.")
+    suppressed_at = models.DateTimeField()
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: for good.")
+    lifted_at = models.DateTimeField(null=True, blank=True)
+    lifted_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        permissions = [("unsuppress", "Can lift a suppression (mail the address again)")]
+
+    def __str__(self) -> str:
+        return f"suppression #{self.pk} ({self.reason})"
+
+
+class UnsubscribeRevocation(models.Model):
+    """A one-click unsubscribe link that no longer works (issue 23): the links never expire,
+    so an operator revokes one here (e.g. a mail forwarded to a list that keeps clicking)."""
+
+    notification = models.OneToOneField(
+        EmailNotification, on_delete=models.CASCADE, related_name="unsubscribe_revocation"
+    )
+    revoked_at = models.DateTimeField(auto_now_add=True)
+    reason = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"revoked unsubscribe link of notification {self.notification_id}"

@@ -35,8 +35,10 @@ from django.db.models import F, Q
 from notifications import sending
 from notifications.emails import Delivery
 from notifications.models import EmailNotification
+from notifications.pacing import Pacer
 from notifications.senders import get_sender
 from notifications.senders.base import EmailSender
+from notifications.suppression import notifications_suppress_pending
 from notifications.sweep_delivery import deliver_batch
 from notifications.sweep_plan import Clock
 
@@ -93,7 +95,10 @@ class NoticeSummary:
     failed: int = 0  # sends refused (retried later, or failed for good)
     errors: int = 0  # deliveries that raised; the row stays `sending` for the reconciler
     reconciled: int = 0  # stale `sending` claims handed back
-    released: int = 0  # claims handed back unused (out of claim time)
+    released: int = 0  # claims handed back unused (out of claim time, or refused for the rate)
+    throttled: int = 0  # sends refused for the rate and tried again (no attempt spent)
+    held: int = 0  # claims handed back unspent: sending paused (daily quota)
+    suppressed: int = 0  # pending notices to a suppressed address, recorded `suppressed`
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -142,15 +147,18 @@ def notices_send(
     summary.reconciled = sending.notification_reconcile_stale_claims(
         kind=Kind.REPLY_REJECTED, now=clock.now()
     )
-    while True:
+    # A notice to an address that bounced or complained is never sent (issue 23).
+    summary.suppressed = notifications_suppress_pending(now=clock.now(), kind=Kind.REPLY_REJECTED)
+    pacer = Pacer(sender)
+    while pacer.hold_until(clock.now()) is None:  # paused (daily quota): the notices wait
         claimed_since = time.monotonic()
         with transaction.atomic():
             deliveries = _claim(now=clock.now(), limit=batch_size)
         if not deliveries:
             break
         # The claims are committed: only now may mail leave (I12).
-        deliver_batch(deliveries, sender, clock, summary, claimed_since=claimed_since)
-        if len(deliveries) < batch_size or summary.released:
+        deliver_batch(deliveries, sender, clock, summary, claimed_since=claimed_since, pacer=pacer)
+        if len(deliveries) < batch_size or summary.released or summary.held:
             break  # a slow mail service: what was handed back waits for the next run
     if summary.sent or summary.failed or summary.errors or summary.reconciled:
         logger.info(

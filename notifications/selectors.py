@@ -13,9 +13,17 @@ from typing import Protocol
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models.functions import Lower
 
 from notifications.conf import get_config
-from notifications.models import EmailNotification, NotificationPreference, Proposal
+from notifications.models import (
+    DeliveryFeedback,
+    EmailNotification,
+    NotificationPreference,
+    Proposal,
+    SendingState,
+)
+from notifications.suppression import active_suppressions
 
 Kind = EmailNotification.Kind
 Status = EmailNotification.Status
@@ -35,7 +43,7 @@ def _rows_of_kind(kind: str) -> QuerySet[EmailNotification]:
         rows = rows.filter(
             Q(status__in=OPEN)
             | Q(
-                status__in=[Status.RESPONDED, Status.FAILED],
+                status__in=[Status.RESPONDED, Status.FAILED, Status.SUPPRESSED],
                 proposal__status=Proposal.Status.IN_REVIEW,
             )
         )
@@ -76,7 +84,7 @@ def sweep_candidates(*, kind: str, now: datetime) -> QuerySet[AbstractBaseUser]:
             kind=kind,
             proposal=OuterRef("pk"),
             user=OuterRef("pi"),
-            status__in=[*OPEN, Status.RESPONDED, Status.FAILED],
+            status__in=[*OPEN, Status.RESPONDED, Status.FAILED, Status.SUPPRESSED],
         )
         fresh = in_review.exclude(Exists(asked)).exclude(
             pi__notification_preference__rung=Rung.PAUSED
@@ -96,8 +104,10 @@ def sweep_user_batch(
     """The next `limit` candidate users after `after_id` (keyset pagination), fully loaded.
 
     Each user carries: `notification_preference` (joined; may be missing: defaults apply),
-    `proposals_in_review`, `kind_rows` (see _rows_of_kind) and `last_sent_at` (of this kind).
+    `proposals_in_review`, `kind_rows` (see _rows_of_kind), `last_sent_at` (of this kind) and
+    `is_suppressed` (the address is on the suppression list: notifications/suppression.py).
     """
+    suppressed = active_suppressions(now=now).filter(address=Lower(OuterRef("email")))
     last_sent = (
         EmailNotification.objects.filter(user=OuterRef("pk"), kind=kind, sent_at__isnull=False)
         .order_by("-sent_at")
@@ -108,7 +118,7 @@ def sweep_user_batch(
         .filter(pk__gt=after_id)
         .order_by("pk")
         .select_related("notification_preference")
-        .annotate(last_sent_at=Subquery(last_sent))
+        .annotate(last_sent_at=Subquery(last_sent), is_suppressed=Exists(suppressed))
         .prefetch_related(
             Prefetch(
                 "proposals",
@@ -158,3 +168,44 @@ def notifications_stuck_sending(*, now: datetime) -> QuerySet[EmailNotification]
     between the claim and SES (or the sweeps stopped), and the reconciler hands them back."""
     cutoff = now - timedelta(seconds=get_config().claim_timeout_seconds)
     return EmailNotification.objects.filter(status=Status.SENDING, claimed_at__lt=cutoff)
+
+
+def sending_pause(*, now: datetime) -> dict[str, object]:
+    """The shared pace and pause as an operator reads them (notifications/pacing.py):
+    `paused_until` (ISO, or None when sending goes on), `reason`, `paused_since`, and the
+    `max_send_rate` last read from SES (None before the first paced send)."""
+    state = SendingState.objects.filter(pk=1).first()
+    paused = state is not None and state.paused_until is not None and state.paused_until > now
+    return {
+        "paused_until": state.paused_until.isoformat() if paused else None,
+        "paused_since": state.paused_at.isoformat() if paused and state.paused_at else None,
+        "reason": state.pause_reason if paused else "",
+        "max_send_rate": state.max_send_rate if state is not None else None,
+    }
+
+
+def feedback_last_24_hours(*, now: datetime) -> dict[str, float]:
+    """Bounce and complaint rates of the last 24 h, as SES computes them for its review of an
+    account (5 % bounces, 0.1 % complaints): hard bounces and complaints received over the
+    mails sent in the same 24 h; plus the raw counts and the active suppressions."""
+    since = now - timedelta(hours=24)
+    sent = EmailNotification.objects.filter(sent_at__gt=since, sent_at__lte=now).count()
+    counts = dict(
+        DeliveryFeedback.objects.filter(occurred_at__gt=since, occurred_at__lte=now)
+        .values_list("kind")
+        .annotate(n=Count("id"))
+        .values_list("kind", "n")
+    )
+    hard = counts.get(DeliveryFeedback.Kind.HARD_BOUNCE, 0)
+    complaints = counts.get(DeliveryFeedback.Kind.COMPLAINT, 0)
+    return {
+        "sent": sent,
+        "hard_bounces": hard,
+        "soft_bounces": counts.get(DeliveryFeedback.Kind.SOFT_BOUNCE, 0),
+        "complaints": complaints,
+        "bounce_rate": hard / sent if sent else 0.0,
+        "complaint_rate": complaints / sent if sent else 0.0,
+        "bounce_percent": round(100 * hard / sent, 2) if sent else 0.0,
+        "complaint_percent": round(100 * complaints / sent, 3) if sent else 0.0,
+        "suppressed_addresses": active_suppressions(now=now).count(),
+    }

@@ -140,17 +140,33 @@ def notifications_fail_invalid_address(
     return failed + len(created)
 
 
-def notification_release_claims(*, claims: Sequence[tuple[int, datetime]], now: datetime) -> int:
+def notification_release_claims(
+    *,
+    claims: Sequence[tuple[int, datetime]],
+    now: datetime,
+    retry_after: datetime | None = None,
+    reason: str = "",
+) -> int:
     """Hand claims (notification id, our claimed_at) we will not use back to pending, without
-    spending an attempt. A claim that is no longer ours is left alone."""
+    spending an attempt. A claim that is no longer ours is left alone.
+
+    `retry_after` keeps them from being claimed before then (a rate refusal: a second; the
+    daily quota: the end of the pause); `reason` is shown as the row's last error.
+    """
     mine = Q(pk__in=[])
     for notification_id, claimed_at in claims:
         mine |= Q(pk=notification_id, claimed_at=claimed_at)
+    changes: dict[str, object] = {}
+    if retry_after is not None:
+        changes["retry_after"] = retry_after
+    if reason:
+        changes["last_error"] = reason[:_LAST_ERROR_CHARS]
     return EmailNotification.objects.filter(mine, status=Status.SENDING).update(
         status=Status.PENDING,
         claimed_at=None,
         attempts=F("attempts") - 1,
         updated_at=now,
+        **changes,
     )
 
 

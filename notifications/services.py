@@ -283,7 +283,10 @@ def preference_restore_rung(*, user_id: int) -> NotificationPreference:
     return preference_set_rung(user_id=user_id, rung=Rung.IMMEDIATE, reason="restored by admin")
 
 
-def notification_unsubscribe(*, token: str) -> NotificationPreference:
-    """List-Unsubscribe: pause the user the token was sent to (restorable from the admin)."""
+def notification_unsubscribe(
+    *, token: str, reason: str = "unsubscribed by mail"
+) -> NotificationPreference:
+    """List-Unsubscribe (the mailto, or the one-click link): pause the user the token was
+    sent to (restorable from the admin). Idempotent: a paused user stays paused."""
     user_id = EmailNotification.objects.values_list("user_id", flat=True).get(token=token)
-    return preference_set_rung(user_id=user_id, rung=Rung.PAUSED, reason="unsubscribed by mail")
+    return preference_set_rung(user_id=user_id, rung=Rung.PAUSED, reason=reason)

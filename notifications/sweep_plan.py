@@ -119,10 +119,18 @@ class UserResult:
     expired: int = 0
     stepped_down: bool = False
     invalid_address: int = 0
+    held: int = 0  # new rows recorded `pending` because sending is paused
+    suppressed: int = 0  # rows recorded `suppressed`: the address is on the suppression list
 
 
-def apply_user(kind: str, user: Any, work: UserWork, clock: Clock) -> UserResult:
-    """The user's writes; runs inside the user's savepoint (counted only once it commits)."""
+def apply_user(
+    kind: str, user: Any, work: UserWork, clock: Clock, *, hold_until: datetime | None = None
+) -> UserResult:
+    """The user's writes; runs inside the user's savepoint (counted only once it commits).
+
+    With `hold_until` (sending paused for the daily quota, notifications/pacing.py) nothing is
+    claimed: due pending rows stay pending and new ones are recorded `pending`, due then.
+    """
     now = clock.now()
     result = UserResult()
     if work.expire_ids:
@@ -153,6 +161,27 @@ def apply_user(kind: str, user: Any, work: UserWork, clock: Clock) -> UserResult
             problem=problem,
             now=now,
         )
+        return result
+    if getattr(user, "is_suppressed", False):
+        result.suppressed = _record_suppressed(kind, user, work, now)
+        return result
+    if hold_until is not None:
+        if work.new_proposals:
+            EmailNotification.objects.bulk_create(
+                [
+                    EmailNotification(
+                        user_id=user.pk,
+                        kind=kind,
+                        proposal=proposal,
+                        to_address=user.email,
+                        status=Status.PENDING,
+                        retry_after=hold_until,
+                        last_error="waiting for the daily quota (sending paused)",
+                    )
+                    for proposal in work.new_proposals
+                ]
+            )
+        result.held = len(work.new_proposals) + len(work.claim_rows)
         return result
     deliveries = result.deliveries
     claimed_at = now
@@ -218,3 +247,27 @@ def apply_user(kind: str, user: Any, work: UserWork, clock: Clock) -> UserResult
                 )
             )
     return result
+
+
+def _record_suppressed(kind: str, user: Any, work: UserWork, now: datetime) -> int:
+    """The user's address is suppressed: what would be claimed now ends `suppressed`, never
+    sent (a new-proposal notice or review request is not asked again; the sweep's history
+    sees the row). Returns how many rows."""
+    note = "the address is suppressed (bounced or complained): not sent"
+    updated = EmailNotification.objects.filter(
+        pk__in=[row.pk for row in work.claim_rows], status=Status.PENDING
+    ).update(status=Status.SUPPRESSED, retry_after=None, last_error=note, updated_at=now)
+    created = EmailNotification.objects.bulk_create(
+        [
+            EmailNotification(
+                user_id=user.pk,
+                kind=kind,
+                proposal=proposal,
+                to_address=user.email,
+                status=Status.SUPPRESSED,
+                last_error=note,
+            )
+            for proposal in work.new_proposals
+        ]
+    )
+    return updated + len(created)

@@ -35,6 +35,7 @@ from notifications import selectors, sending
 from notifications.conf import get_config
 from notifications.emails import Delivery
 from notifications.models import EmailNotification
+from notifications.pacing import Pacer
 from notifications.senders import get_sender
 from notifications.senders.base import EmailSender
 from notifications.sweep_delivery import deliver_batch
@@ -61,7 +62,10 @@ class SweepSummary:
     errors: int = 0  # users (or rows) whose processing raised; rolled back and logged
     reconciled: int = 0  # stale `sending` claims handed back
     stepped_down: int = 0  # users moved one rung down the ladder
-    released: int = 0  # claims handed back unused (delivery ran out of claim time)
+    released: int = 0  # claims handed back unused (out of claim time, or refused for the rate)
+    throttled: int = 0  # sends refused for the rate and tried again (no attempt spent)
+    held: int = 0  # mails waiting `pending` for a sending pause (daily quota) to end
+    suppressed: int = 0  # rows recorded `suppressed` (address on the suppression list)
     busy: bool = False  # another worker was running this sweep: this cycle did nothing
     seconds: float = 0.0
 
@@ -136,11 +140,14 @@ def _run_locked(
     kind: str, clock: Clock, sender: EmailSender, batch_size: int, summary: SweepSummary
 ) -> SweepSummary:
     started = time.monotonic()
+    pacer = Pacer(sender)
     summary.reconciled = sending.notification_reconcile_stale_claims(kind=kind, now=clock.now())
     after_id = 0
     while True:
         deliveries: list[Delivery] = []
         claimed_since = time.monotonic()
+        # While sending is paused (daily quota), due mail is recorded `pending`, not claimed.
+        hold_until = pacer.hold_until(clock.now())
         with transaction.atomic():
             batch_now = clock.now()
             users = selectors.sweep_user_batch(
@@ -157,7 +164,7 @@ def _run_locked(
                         summary.skipped += 1
                         continue
                     with transaction.atomic():  # this user's savepoint (I11)
-                        result = apply_user(kind, user, work, clock)
+                        result = apply_user(kind, user, work, clock, hold_until=hold_until)
                 except Exception as exc:  # noqa: BLE001 - one user's failure must not stop the sweep: rolled back to the savepoint, logged, the batch carries on
                     if connection_lost(exc):
                         # Not this user's failure: the batch's transaction (every claim in
@@ -179,16 +186,18 @@ def _run_locked(
                 summary.expired += result.expired
                 summary.stepped_down += result.stepped_down
                 summary.invalid_address += result.invalid_address
+                summary.held += result.held
+                summary.suppressed += result.suppressed
                 if not result.deliveries:
                     summary.skipped += 1
                 deliveries.extend(result.deliveries)
         # The claims are committed: only now may mail leave (I12).
-        deliver_batch(deliveries, sender, clock, summary, claimed_since=claimed_since)
+        deliver_batch(deliveries, sender, clock, summary, claimed_since=claimed_since, pacer=pacer)
         if len(users) < batch_size:
             break
     summary.seconds = round(time.monotonic() - started, 3)
     logger.info(
-        "%s sweep: %s users, %s sent, %s failed, %s expired, %s skipped, %s errors",
+        "%s sweep: %s users, %s sent, %s failed, %s expired, %s skipped, %s errors, %s held",
         kind,
         summary.users,
         summary.sent,
@@ -196,6 +205,7 @@ def _run_locked(
         summary.expired,
         summary.skipped,
         summary.errors,
+        summary.held,
         extra={"action": "notification_sweep_done", **summary.as_dict()},
     )
     return summary

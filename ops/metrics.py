@@ -8,6 +8,7 @@ between scrapes (no multiprocess mode needed under gunicorn).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -90,6 +91,7 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
     for role, n in sorted(by_role.items()):
         leases.add_metric([role], n)
     yield leases
+    yield from _sending_metrics(status)
     yield _gauge(
         "worker_tasks_refused",
         "django-q2 tasks refused for naming a function outside the code's allowlist "
@@ -105,6 +107,37 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
         "worker_needs_operator_findings",
         "Findings worker_status lists under NEEDS AN OPERATOR (it exits 1 when above 0).",
         len(status.needs_operator),
+    )
+
+
+def _sending_metrics(status: WorkerStatus) -> Iterator[Metric]:
+    """The sending pause (SES daily quota), the pace and the bounce / complaint rates (issue 23)."""
+    paused_until = status.sending.get("paused_until")
+    yield _gauge(
+        "worker_notifications_sending_paused",
+        "1 while all sending is paused because SES's daily quota is spent, else 0.",
+        1 if paused_until else 0,
+    )
+    yield _gauge(
+        "worker_notifications_sending_paused_until_seconds",
+        "Unix time the sending pause ends (then SES is asked again); 0 when not paused.",
+        datetime.fromisoformat(paused_until).timestamp() if paused_until else 0,
+    )
+    feedback = status.mail_feedback
+    for name, key, doc in (
+        ("worker_notifications_bounce_rate", "bounce_rate", "Hard bounces / mails sent"),
+        ("worker_notifications_complaint_rate", "complaint_rate", "Complaints / mails sent"),
+    ):
+        yield _gauge(name, f"{doc}, last 24 h (SES reviews at 5 % / 0.1 %).", feedback.get(key, 0))
+    yield _gauge(
+        "worker_notifications_suppressed_addresses",
+        "Addresses on the suppression list (bounced or complained), active now.",
+        feedback.get("suppressed_addresses", 0),
+    )
+    yield _gauge(
+        "worker_notifications_max_send_rate",
+        "Mails per second the sends are paced to (SES MaxSendRate as last read; 0: not yet).",
+        status.sending.get("max_send_rate") or 0,
     )
 
 

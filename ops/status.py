@@ -25,13 +25,23 @@ from inbound_email.selectors import (
 )
 from jobs.models import Job
 from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
-from notifications.selectors import notification_status_counts, notifications_stuck_sending
+from notifications.selectors import (
+    feedback_last_24_hours,
+    notification_status_counts,
+    notifications_stuck_sending,
+    sending_pause,
+)
 from ops.conf import get_config
 from ops.schedules import unknown_schedules_enabled
 from ops.selectors import tasks_refused
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
 BACKLOG_ALERT_SECONDS = 300
+# SES puts an account under review at these rates; below FEEDBACK_MIN_SENT mails a day the
+# rate is too noisy to page anyone.
+SES_BOUNCE_REVIEW_RATE = 0.05
+SES_COMPLAINT_REVIEW_RATE = 0.001
+FEEDBACK_MIN_SENT = 100
 # Stuck rows listed in full (the count covers them all).
 STUCK_JOBS_LISTED = 50
 
@@ -49,6 +59,10 @@ class WorkerStatus:
     instruction_relays_stuck: int = 0
     notifications_by_status: dict[str, int] = field(default_factory=dict)
     notifications_stuck_sending: int = 0
+    # All sending paused for SES's daily quota (issue 23): paused_until, reason, max_send_rate.
+    sending: dict[str, Any] = field(default_factory=dict)
+    # Bounces and complaints of the last 24 h and their rates (issue 23).
+    mail_feedback: dict[str, float] = field(default_factory=dict)
     leases: list[dict[str, Any]] = field(default_factory=list)
     # Issue 19: tasks the worker refused to run, and schedules not defined in code.
     tasks_refused: int = 0
@@ -172,6 +186,18 @@ def _inbound(status: WorkerStatus, now: datetime) -> None:
 def _notifications(status: WorkerStatus, now: datetime) -> None:
     status.notifications_by_status = notification_status_counts()
     status.notifications_stuck_sending = notifications_stuck_sending(now=now).count()
+    status.sending = sending_pause(now=now)
+    feedback = status.mail_feedback = feedback_last_24_hours(now=now)
+    if feedback["sent"] >= FEEDBACK_MIN_SENT and (
+        feedback["bounce_rate"] >= SES_BOUNCE_REVIEW_RATE
+        or feedback["complaint_rate"] >= SES_COMPLAINT_REVIEW_RATE
+    ):
+        status.needs_operator.append(
+            f"bounce rate {feedback['bounce_rate']:.1%} / complaint rate "
+            f"{feedback['complaint_rate']:.2%} over the last 24 h: SES reviews an account at "
+            f"{SES_BOUNCE_REVIEW_RATE:.0%} / {SES_COMPLAINT_REVIEW_RATE:.1%} (check the "
+            "suppression list and where the addresses come from)"
+        )
     if status.notifications_stuck_sending:
         status.needs_operator.append(
             f"{status.notifications_stuck_sending} notification(s) stuck in sending: "

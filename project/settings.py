@@ -315,6 +315,26 @@ NOTIFICATION_RETRY_MAX_SECONDS = env_int("NOTIFICATION_RETRY_MAX_SECONDS", 3600,
 # A row left `sending` longer than this (seconds) is a crashed claim and goes back to pending.
 NOTIFICATION_CLAIM_TIMEOUT_SECONDS = env_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=60)
 NOTIFICATION_SWEEP_BATCH_SIZE = env_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1)  # users
+# Pacing (notifications/pacing.py): mails per second for all worker processes together; 0 = the
+# account's MaxSendRate from SES GetSendQuota (re-read every ..._QUOTA_REFRESH_SECONDS).
+NOTIFICATION_SEND_RATE = env_float("NOTIFICATION_SEND_RATE", 0, minimum=0)
+NOTIFICATION_SEND_QUOTA_REFRESH_SECONDS = env_int(
+    "NOTIFICATION_SEND_QUOTA_REFRESH_SECONDS", 600, minimum=10
+)
+# After SES's "Daily message quota exceeded" all sending pauses this long, then asks SES again.
+NOTIFICATION_SEND_PAUSE_SECONDS = env_int("NOTIFICATION_SEND_PAUSE_SECONDS", 900, minimum=10)
+# A send refused for the rate ("Maximum sending rate exceeded") waits this long, then tries again.
+NOTIFICATION_THROTTLE_RETRY_SECONDS = env_float("NOTIFICATION_THROTTLE_RETRY_SECONDS", 1, minimum=0)
+# SES events through SNS (/ses/events, notifications/ses_events.py): the topic ARNs believed;
+# empty = the endpoint answers 404.
+SES_EVENTS_TOPIC_ARNS = env_list("SES_EVENTS_TOPIC_ARNS", [])
+# Never from the environment: signing-certificate URLs accepted besides SNS's own hosts (the
+# tests' local certificate). In production only sns.<region>.amazonaws.com signs.
+SES_EVENTS_TRUSTED_CERT_URLS: list[str] = []
+# The https:// base URL this worker's web service is reached at: notifications then carry a
+# one-click List-Unsubscribe link (RFC 8058) to <PUBLIC_BASE_URL>/unsubscribe/<token>.
+# Empty: mailto only (`check --deploy` warns).
+PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "")
 # --- ops ----------------------------------------------------------------------------------------
 # Bearer token a Prometheus scrape must send to /metrics; empty = the endpoint answers 404.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")

@@ -1,4 +1,5 @@
-"""The worker serves the Django admin (with the ops Worker health page) and /metrics; the web
+"""The worker serves the Django admin (with the ops Worker health page), /metrics, the
+one-click unsubscribe (/unsubscribe/<token>) and the SES events endpoint (/ses/events); the web
 app owns every other page."""
 
 from django.contrib import admin
@@ -10,6 +11,7 @@ admin.site.index_template = "ops/admin_index.html"
 
 urlpatterns = [
     path("", include("ops.urls")),  # before admin/: admin/worker-health/ is ours
+    path("", include("notifications.urls")),  # /ses/events (SNS)
     path("admin/", admin.site.urls),
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
 ]

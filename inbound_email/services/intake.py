@@ -37,6 +37,7 @@ from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
 
+from inbound_email import delivery_reports
 from inbound_email.conf import get_config
 from inbound_email.exceptions import StoreNotFound
 from inbound_email.models import InboundEmail, Reply
@@ -260,6 +261,8 @@ def _handle(row: InboundEmail, store: MailStore, now: datetime) -> None:
     row.sha256 = sha256_hex(raw)
     mail = parse_headers(raw)  # header-only checks first: what they reject is never body-parsed
     verdict = _ses_verdict(row, mail)
+    if verdict is None and _delivery_report(row, mail, raw, now):
+        return  # a bounce or complaint report (issue 23): recorded, never read as a reply
     if verdict is None and header_rejection(mail) is None:
         mail = parse_mail(raw)  # past a parsing limit: MailLimitExceeded -> quarantined at once
     _map_mail(row, mail)
@@ -271,6 +274,23 @@ def _handle(row: InboundEmail, store: MailStore, now: datetime) -> None:
         mail_reject(row, verdict.reason, verdict.detail, now)
     else:
         _accept_or_reject(row, mail, now)
+
+
+def _delivery_report(row: InboundEmail, mail: ParsedMail, raw: bytes, now: datetime) -> bool:
+    """A DSN or ARF report goes onto the suppression list and the mail is rejected as a
+    bounce; True when it was one (`inbound_email/delivery_reports.py`)."""
+    if not delivery_reports.looks_like_delivery_report(mail):
+        return False
+    report = delivery_reports.read_delivery_report(raw)
+    if report is None:
+        return False
+    _map_mail(row, mail)
+    _, left_out = delivery_reports.delivery_report_record(
+        report=report, raw=raw, mail_key=row.store_key, now=now
+    )
+    detail = delivery_reports.describe(report, left_out)
+    mail_reject(row, Reason.BOUNCE, f"{report.source}: {detail}", now)
+    return True
 
 
 def _ses_verdict(row: InboundEmail, mail: ParsedMail) -> Reject | Quarantine | None:

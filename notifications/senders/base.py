@@ -23,6 +23,29 @@ class SendError(NotificationError):
     """The mail service did not accept a message; the row goes back to pending (or failed)."""
 
 
+class SendThrottled(SendError):
+    """Refused for the sending rate ("Maximum sending rate exceeded"): a limit that clears in
+    a second. Not an attempt: the send is tried again after a short delay."""
+
+
+class SendQuotaExceeded(SendError):
+    """Refused for the daily quota ("Daily message quota exceeded"): nothing can be sent until
+    the quota frees. Not an attempt: all sending pauses (notifications/pacing.py)."""
+
+
+@dataclass(frozen=True)
+class SendQuota:
+    """The account's limits as the mail service reports them (SES GetSendQuota)."""
+
+    max_send_rate: float  # mails per second
+    max_24_hour_send: float  # the daily quota; negative: unlimited
+    sent_last_24_hours: float
+
+    @property
+    def exhausted(self) -> bool:
+        return 0 <= self.max_24_hour_send <= self.sent_last_24_hours
+
+
 @dataclass(frozen=True)
 class OutgoingEmail:
     to: str
@@ -40,6 +63,10 @@ class EmailSender(Protocol):
     def send(self, email: OutgoingEmail) -> MessageId:
         """Hand the message over; return its message id; raise SendError if not accepted."""
         ...
+
+
+# A sender may also have `send_quota() -> SendQuota | None` (the SES one does): the account's
+# rate and daily quota. A sender without it is paced only by NOTIFICATION_SEND_RATE.
 
 
 def _message_id_domain(from_email: str) -> str:

@@ -104,3 +104,44 @@ def test_retry_needs_the_change_permission(make_pi, client):
     client.post(url, {"action": "retry_failed", "_selected_action": [row.pk]})
     row.refresh_from_db()
     assert row.status == Status.FAILED
+
+
+def _suppressed(address: str = "gone@example.net"):
+    from django.utils import timezone
+
+    from notifications.suppression import feedback_record
+
+    feedback_record(
+        address=address, kind="hard_bounce", source="dsn", report="5.1.1", now=timezone.now()
+    )
+    from notifications.models import Suppression
+
+    return Suppression.objects.get(address=address)
+
+
+def test_unsuppress_needs_its_permission_and_is_logged(client):
+    """Issue 23: the suppression list is read-only; unsuppress is offered to, and runs for,
+    holders of notifications.unsuppress only, and each lift is in the row's history."""
+    from django.contrib.admin.models import LogEntry
+
+    from notifications.suppression import address_is_suppressed
+
+    row = _suppressed()
+    url = reverse("admin:notifications_suppression_changelist")
+    staff = baker.make("auth.User", username="viewer", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_suppression"))
+    client.force_login(staff)
+    page = client.get(url).content.decode()
+    assert "gone@example.net" in page and "unsuppress" not in page
+    client.post(url, {"action": "unsuppress", "_selected_action": [row.pk]})
+    assert address_is_suppressed("gone@example.net", now=row.suppressed_at)
+
+    staff.user_permissions.add(Permission.objects.get(codename="unsuppress"))
+    client.force_login(staff)  # a fresh permission cache
+    assert "unsuppress" in client.get(url).content.decode()
+    response = client.post(url, {"action": "unsuppress", "_selected_action": [row.pk]}, follow=True)
+    assert response.status_code == 200
+    row.refresh_from_db()
+    assert row.lifted_at is not None and row.lifted_by == "viewer"
+    entry = LogEntry.objects.get(object_id=str(row.pk))
+    assert entry.user == staff and "Unsuppressed" in entry.get_change_message()

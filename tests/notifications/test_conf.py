@@ -30,6 +30,11 @@ def test_default_settings_are_valid():
         ("DEFAULT_FROM_EMAIL", None, "DEFAULT_FROM_EMAIL=None must be a string"),
         ("SES_REGION", 1, "SES_REGION=1 must be a string"),
         ("EMAIL_SENDER", "smtp", "EMAIL_SENDER='smtp'"),
+        ("NOTIFICATION_SEND_RATE", -1, "NOTIFICATION_SEND_RATE=-1 must be at least 0"),
+        ("NOTIFICATION_SEND_RATE", "fast", "NOTIFICATION_SEND_RATE='fast' must be a number"),
+        ("NOTIFICATION_SEND_PAUSE_SECONDS", -5, "NOTIFICATION_SEND_PAUSE_SECONDS=-5"),
+        ("PUBLIC_BASE_URL", "assistant.example.org", "PUBLIC_BASE_URL='assistant.example.org'"),
+        ("SES_EVENTS_TOPIC_ARNS", "arn:aws:sns:x", "SES_EVENTS_TOPIC_ARNS='arn:aws:sns:x' must be"),
     ],
 )
 def test_a_malformed_setting_names_the_variable(settings, name, value, message):

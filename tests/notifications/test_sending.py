@@ -61,14 +61,20 @@ def test_ses_rejection_leaves_no_phantom_sent_and_next_cycle_sends_once(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_throttled_send_retries_then_fails_after_max_attempts(make_pi, aws_env, settings):
-    """V4: an error answered at the client (botocore Stubber): pending with backoff, then failed."""
+def test_refused_send_retries_then_fails_after_max_attempts(make_pi, aws_env, settings):
+    """V4: an error answered at the client (botocore Stubber): pending with backoff, then failed.
+
+    (A `Throttling` answer no longer does this: it is the rate or the daily quota, and costs
+    no attempt; see test_pacing.py.)"""
     settings.NOTIFICATION_SEND_MAX_ATTEMPTS = 2
+    settings.NOTIFICATION_SEND_RATE = 1e6  # the stub answers sends only, not GetSendQuota
     pi = make_pi()
     client = boto3.client("ses", region_name="us-east-1")
     stubber = Stubber(client)
     for _ in range(2):
-        stubber.add_client_error("send_raw_email", "Throttling", "Maximum sending rate exceeded.")
+        stubber.add_client_error(
+            "send_raw_email", "MailFromDomainNotVerifiedException", "MAIL FROM not verified."
+        )
     sender = SesEmailSender(client=client)
     now = timezone.now()
     with stubber:
@@ -81,7 +87,7 @@ def test_throttled_send_retries_then_fails_after_max_attempts(make_pi, aws_env, 
         stubber.assert_no_pending_responses()
     row.refresh_from_db()
     assert (second.failed, row.status, row.attempts) == (1, Status.FAILED, 2)
-    assert "Throttling" in row.last_error and row.ses_message_id == ""
+    assert "MailFromDomainNotVerified" in row.last_error and row.ses_message_id == ""
     # A failed notice is final and visible; it is not retried.
     assert sweep_new_proposals(now=now + timedelta(hours=2), sender=sender).users == 0
 

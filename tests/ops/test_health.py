@@ -12,7 +12,7 @@ from model_bakery import baker
 
 from inbound_email.models import InboundEmail, Reply
 from jobs.models import Job
-from notifications.models import EmailNotification
+from notifications.models import EmailNotification, SendingState
 from ops.health import worker_health
 from tests.support.leases import live_lease_count, make_lease, spare_slots
 
@@ -145,3 +145,30 @@ def test_the_page_costs_a_fixed_number_of_queries_whatever_the_rows(
     baker.make(InboundEmail, status="processed", _quantity=20)
     with django_assert_max_num_queries(len(first.captured_queries)):
         admin_client.get(HEALTH_URL)
+
+
+def test_the_page_shows_a_sending_pause(admin_client):
+    """Issue 23: all sending paused for SES's daily quota shows, with its end and reason."""
+    assert b'id="sending-paused"' not in admin_client.get(HEALTH_URL).content
+    SendingState.objects.create(
+        pk=1,
+        paused_until=timezone.now() + timedelta(minutes=15),
+        paused_at=timezone.now(),
+        pause_reason="SES Throttling: Daily message quota exceeded.",
+    )
+    page = admin_client.get(HEALTH_URL).content.decode()
+    assert 'id="sending-paused"' in page
+    assert "Sending paused until" in page and "Daily message quota exceeded" in page
+
+
+def test_the_page_shows_the_bounce_and_complaint_rates(admin_client):
+    from notifications.suppression import feedback_record
+
+    now = timezone.now()
+    baker.make(EmailNotification, status="sent", sent_at=now, ses_message_id="m", _quantity=50)
+    feedback_record(address="b@example.net", kind="hard_bounce", source="dsn", report="", now=now)
+    page = admin_client.get(HEALTH_URL).content.decode()
+    assert "50 mail(s) sent" in page
+    assert "bounce rate <strong>2.0 %</strong>" in page
+    assert "complaint rate <strong>0.0 %</strong>" in page
+    assert "1 suppressed address(es)" in page

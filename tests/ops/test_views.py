@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from inbound_email.models import InboundEmail
 from jobs.models import Job
-from notifications.models import EmailNotification
+from notifications.models import EmailNotification, SendingState
 from tests.support.leases import make_lease, spare_slots
 
 pytestmark = pytest.mark.django_db
@@ -127,9 +127,9 @@ def test_every_documented_alert_rule_uses_an_exported_metric(client, settings):
 
     used = {name for rule in rules for name in re.findall(r"\bworker_[a-z_]+", rule["expr"])}
     assert used and used <= exported, used - exported
-    # worker_status's nine exit reasons (issue 19 added refused tasks and unknown schedules),
-    # plus the scrape itself
-    assert len(rules) == 10
+    # worker_status's ten exit reasons (issue 19 added refused tasks and unknown schedules,
+    # issue 23 the bounce / complaint rate), plus the scrape itself
+    assert len(rules) == 11
 
 
 def test_a_disabled_endpoint_answers_a_plain_404_even_with_debug_on(client, settings):
@@ -179,3 +179,63 @@ def test_twenty_thousand_inserted_kinds_stay_one_other_series(client, settings):
         (("kind", "other"), ("status", "cancelled")): 10000,
         (("kind", "other"), ("status", "queued")): 10000,
     }
+
+
+def test_metrics_show_the_sending_pause(client, settings):
+    """Issue 23: a daily-quota pause of all sending is visible to Prometheus."""
+    settings.METRICS_TOKEN = TOKEN
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    before = _samples(client.get("/metrics", headers=headers).content)
+    assert before[("worker_notifications_sending_paused", ())] == 0
+    until = timezone.now() + timedelta(minutes=15)
+    SendingState.objects.create(
+        pk=1,
+        paused_until=until,
+        paused_at=timezone.now(),
+        max_send_rate=14.0,
+        pause_reason="SES Throttling: Daily message quota exceeded.",
+    )
+
+    samples = _samples(client.get("/metrics", headers=headers).content)
+
+    assert samples[("worker_notifications_sending_paused", ())] == 1
+    assert samples[("worker_notifications_sending_paused_until_seconds", ())] == pytest.approx(
+        until.timestamp()
+    )
+    assert samples[("worker_notifications_max_send_rate", ())] == 14.0
+
+
+def test_metrics_show_the_bounce_and_complaint_rates_of_the_last_24_hours(client, settings):
+    """Issue 23: 200 mails sent in the last 24 h, 4 hard bounces (one older: not counted) and
+    1 complaint: 2 % and 0.5 %."""
+    from notifications.suppression import feedback_record
+
+    settings.METRICS_TOKEN = TOKEN
+    now = timezone.now()
+    baker.make(
+        EmailNotification,
+        status="sent",
+        sent_at=now - timedelta(hours=1),
+        ses_message_id="m",
+        _quantity=200,
+    )
+    for i in range(4):
+        feedback_record(
+            address=f"b{i}@example.net", kind="hard_bounce", source="dsn", report="", now=now
+        )
+    feedback_record(
+        address="old@example.net",
+        kind="hard_bounce",
+        source="dsn",
+        report="",
+        now=now - timedelta(hours=25),
+    )
+    feedback_record(address="c@example.net", kind="complaint", source="arf", report="", now=now)
+
+    samples = _samples(client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).content)
+
+    assert samples[("worker_notifications_bounce_rate", ())] == pytest.approx(0.02)
+    assert samples[("worker_notifications_complaint_rate", ())] == pytest.approx(0.005)
+    assert samples[("worker_notifications_suppressed_addresses", ())] == 6
+    # 0.5 % complaints is over SES's 0.1 % review rate: worker_status says so.
+    assert samples[("worker_needs_operator_findings", ())] == 1

@@ -47,6 +47,19 @@ class Command(BaseCommand):
         out(f"  instruction relays stuck over 24 h: {status.instruction_relays_stuck}")
         out("Notifications: " + _fmt(status.notifications_by_status))
         out(f"  stuck in sending: {status.notifications_stuck_sending}")
+        feedback = status.mail_feedback
+        if feedback:
+            out(
+                f"  last 24 h: {feedback['sent']} sent, "
+                f"bounce rate {feedback['bounce_percent']} %, "
+                f"complaint rate {feedback['complaint_percent']} %, "
+                f"{feedback['suppressed_addresses']} suppressed address(es)"
+            )
+        if status.sending.get("paused_until"):
+            out(
+                f"  SENDING PAUSED until {status.sending['paused_until']}: "
+                f"{status.sending['reason']}"
+            )
         out(f"Writer slots:  {len(status.leases)} held")
         for lease in status.leases:
             out(
