@@ -42,9 +42,9 @@ def gunicorn(env: dict[str, str], log: Path, *, timeout: float = 60) -> Iterator
         while True:
             assert server.poll() is None, log.read_text()
             try:
-                urllib.request.urlopen(f"{url}/admin/login/", timeout=2).close()
+                urllib.request.urlopen(f"{url}/admin/login/", timeout=5).close()
                 break
-            except (urllib.error.URLError, ConnectionError):
+            except OSError:  # refused, reset, or a first answer slower than 5 s (a loaded host)
                 assert time.monotonic() < deadline, log.read_text()
                 time.sleep(0.2)
         yield url
