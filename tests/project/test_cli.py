@@ -4,12 +4,14 @@ that needs the database, and prints each error on one line; a traceback only on 
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import manage_py
+from tests.support.processes import PROJECT_ROOT, stop_process_group
 
 pytestmark = pytest.mark.slow
 
@@ -19,6 +21,28 @@ COMMANDS = [
     ("runserver", "127.0.0.1:0"),
     ("worker_status",),
 ]
+
+
+def manage_py(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """manage.py in a session of its own, stopped with all it forked: a qcluster that wrongly
+    starts must not outlive the test."""
+    process = subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "manage.py"), *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_process_group(process)
+        raise
+    finally:
+        stop_process_group(process)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 def _one_line(result) -> str:
