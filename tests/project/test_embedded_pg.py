@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 import psycopg
@@ -137,3 +138,31 @@ def test_three_starts_at_once_on_a_new_folder_all_succeed(home):
     assert len({out for _, out, _ in results}) == 1  # the same URL for all three
     with _connect(var_dir) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_create_database_tolerates_another_client_creating_it_at_the_same_moment(home):
+    """The look-up and the CREATE are two statements: a client that creates the database
+    between them (another start, a user by hand) must not fail this start."""
+    from project.embedded_pg import _create_database
+
+    var_dir = home / "var"
+    assert _embedded_pg("start", var_dir=var_dir).returncode == 0
+    barrier = threading.Barrier(6)
+    failures = []
+
+    def create() -> None:
+        barrier.wait()
+        try:
+            _create_database(var_dir / "pg", "raced")
+        except Exception as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert failures == []
+    with psycopg.connect(host=str(var_dir / "pg"), user="postgres", dbname="raced") as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("raced",)
