@@ -134,14 +134,43 @@ def _manage(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def _run_until_up(env: dict[str, str], log_path: Path) -> subprocess.CompletedProcess:
-    """Start scripts/run-worker, wait for the cluster, take worker_status, stop it (Ctrl-C)."""
+# The Worker health page as a logged-in operator sees it (Django's test client, in a shell on
+# the worker's own database).
+HEALTH_PAGE = """
+import json
+from django.contrib.auth import get_user_model
+from django.test import Client
+user, _ = get_user_model().objects.get_or_create(
+    username="health-check", defaults={"is_staff": True, "is_superuser": True}
+)
+client = Client(SERVER_NAME="localhost")
+client.force_login(user)
+page = client.get("/admin/worker-health/")
+html = page.content.decode()
+print(json.dumps({"status": page.status_code, "needs_operator": "Needs an operator" in html,
+                  "alert_tiles": html.count("tile alert")}))
+"""
+
+
+def _run_until_up(
+    env: dict[str, str], log_path: Path, *, health: bool = False
+) -> subprocess.CompletedProcess:
+    """Start scripts/run-worker, wait for the cluster, take worker_status (and the health
+    page), stop it (Ctrl-C)."""
     process = _start_worker(env, log_path)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             output = log_path.read_text()
             if "Q Cluster" in output and "running" in output:
+                if health:
+                    page = _manage(env, "shell", "-c", HEALTH_PAGE)
+                    assert page.returncode == 0, page.stderr
+                    assert json.loads(page.stdout.strip().splitlines()[-1]) == {
+                        "status": 200,
+                        "needs_operator": False,
+                        "alert_tiles": 0,
+                    }
                 return _manage(env, "worker_status", "--json")
             assert process.poll() is None, output
             time.sleep(0.5)
@@ -163,7 +192,7 @@ def test_readme_run_command_shows_the_demo_once_and_restarts_clean(tmp_path):
     var_dir = Path(tempfile.mkdtemp(prefix="worker-demo-")) / "var"
     env["WORKER_VAR_DIR"] = str(var_dir)
     try:
-        statuses = [_run_until_up(env, tmp_path / f"run-{n}.log") for n in range(3)]
+        statuses = [_run_until_up(env, tmp_path / f"run-{n}.log", health=n == 2) for n in range(3)]
         output = (tmp_path / "run-0.log").read_text()
         assert "Demo run" in output
         assert "a spoofed sender       rejected" in output
