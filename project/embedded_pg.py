@@ -348,10 +348,11 @@ def _prepare(pgdata: Path, install: Path) -> _Server:
             pgdata.symlink_to(data, target_is_directory=True)
         if not data.is_dir():
             raise EmbeddedPostgresError(f"{pgdata} links to {data}, which is missing")
-        for folder, _dirs, files in os.walk(data):
-            os.chown(folder, uid, gid)
-            for name in files:
-                os.chown(Path(folder) / name, uid, gid, follow_symlinks=False)
+        if data.stat().st_uid != uid:  # new, or moved here from var/pg: all of it is its
+            for folder, _dirs, files in os.walk(data):
+                os.chown(folder, uid, gid)
+                for name in files:
+                    os.chown(Path(folder) / name, uid, gid, follow_symlinks=False)
         data.chmod(0o700)
         server = _Server(data=data, bin=_system_binaries(install) / "bin", uid=uid, gid=gid)
     if not (server.data / "PG_VERSION").is_file():
