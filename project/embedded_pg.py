@@ -436,15 +436,19 @@ def _create_database(pgdata: Path, database: str) -> None:
     import psycopg
     from psycopg import errors, sql
 
-    with psycopg.connect(
-        host=str(pgdata), user=SUPERUSER, dbname="postgres", autocommit=True, connect_timeout=10
-    ) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone()
-        if not exists:
-            try:
-                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-            except (errors.DuplicateDatabase, errors.UniqueViolation):
-                pass  # another client created it between the look-up and the CREATE
+    try:
+        with psycopg.connect(
+            host=str(pgdata), user=SUPERUSER, dbname="postgres", autocommit=True, connect_timeout=10
+        ) as conn:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database])
+            if not found.fetchone():
+                try:
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+                except (errors.DuplicateDatabase, errors.UniqueViolation):
+                    pass  # another client created it between the look-up and the CREATE
+    except psycopg.OperationalError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EmbeddedPostgresError(f"the server does not answer in {pgdata}: {reason}") from exc
 
 
 def main(argv: list[str]) -> int:
@@ -466,7 +470,7 @@ def main(argv: list[str]) -> int:
         if command == "url":
             print(database_url())
             return 0
-    except EmbeddedPostgresError as exc:
+    except (EmbeddedPostgresError, OSError) as exc:  # OSError: e.g. a read-only /var/lib
         print(f"embedded PostgreSQL: {exc}", file=sys.stderr)
         return 2
     print(
