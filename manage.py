@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Django's command-line utility for the worker project."""
+"""Django's command-line utility for the worker project (project/cli.py: configuration errors
+are one line each)."""
 
 import os
 import sys
@@ -7,9 +8,9 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-    from django.core.management import execute_from_command_line
+    from project.cli import main as run
 
-    execute_from_command_line(sys.argv)
+    sys.exit(run(sys.argv))
 
 
 if __name__ == "__main__":

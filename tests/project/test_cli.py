@@ -1,0 +1,140 @@
+"""Config errors stop start-up with one line naming the variable and the fix (issue 19, 7):
+manage.py (project/cli.py) runs the system checks, the database's included, before a command
+that needs the database, and prints each error on one line; a traceback only on request."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import PROJECT_ROOT, stop_process_group
+
+pytestmark = pytest.mark.slow
+
+COMMANDS = [
+    ("qcluster",),
+    ("migrate", "--no-input"),
+    ("runserver", "127.0.0.1:0"),
+    ("worker_status",),
+]
+
+
+def manage_py(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess:
+    """manage.py in a session of its own, stopped with all it forked: a qcluster that wrongly
+    starts must not outlive the test."""
+    process = subprocess.Popen(
+        [sys.executable, str(PROJECT_ROOT / "manage.py"), *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_process_group(process)
+        raise
+    finally:
+        stop_process_group(process)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _one_line(result) -> str:
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert result.returncode != 0, result.stdout + result.stderr
+    assert len(lines) == 1, result.stdout + result.stderr
+    assert "Traceback" not in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_an_unreachable_database_url_is_one_line(subprocess_env, command):
+    subprocess_env["DATABASE_URL"] = "postgres://worker:secret-pw@127.0.0.1:1/worker"
+
+    line = _one_line(manage_py(*command, env=subprocess_env, timeout=60))
+
+    assert "DATABASE_URL" in line
+    assert "127.0.0.1:1" in line
+    assert "secret-pw" not in line  # the password is never printed
+
+
+def test_a_database_that_does_not_exist_is_one_line(subprocess_env):
+    subprocess_env["DATABASE_URL"] = subprocess_env["DATABASE_URL"].rsplit("/", 1)[0] + "/nodb_x"
+
+    line = _one_line(manage_py("qcluster", env=subprocess_env, timeout=60))
+
+    assert "DATABASE_URL" in line and "nodb_x" in line
+
+
+def test_a_malformed_database_url_is_one_line(subprocess_env):
+    subprocess_env["DATABASE_URL"] = "mysql://worker@db/worker"
+
+    line = _one_line(manage_py("qcluster", env=subprocess_env, timeout=60))
+
+    assert "DATABASE_URL" in line
+
+
+def test_the_embedded_server_down_is_one_line_with_the_fix(subprocess_env):
+    del subprocess_env["DATABASE_URL"]
+    subprocess_env["WORKER_VAR_DIR"] = str(Path(tempfile.mkdtemp(prefix="wpg-down-")) / "var")
+
+    line = _one_line(manage_py("worker_status", env=subprocess_env, timeout=60))
+
+    assert "embedded PostgreSQL" in line
+    assert "scripts/run-worker" in line and "DATABASE_URL" in line
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"EMAIL_SENDER": "ses"},
+        {"SLACK_BOT_TOKEN": "not-a-slack-token"},
+        {"INBOUND_EMAIL_STORE": "s3://"},
+        {"INBOUND_EMAIL_STORE": "s3:/bucket/inbound"},
+    ],
+    ids=["ses-no-region", "slack-token", "store-no-bucket", "store-scheme"],
+)
+def test_a_config_error_stops_qcluster_with_one_line_naming_the_variable(subprocess_env, env):
+    for name in [key for key in subprocess_env if key.startswith("AWS_")]:
+        del subprocess_env[name]
+    subprocess_env["AWS_CONFIG_FILE"] = "/nonexistent"  # no region from ~/.aws/config
+    subprocess_env.update(env)
+
+    line = _one_line(manage_py("qcluster", env=subprocess_env, timeout=60))
+
+    assert next(iter(env)) in line
+
+
+def test_manage_py_check_finds_them_too(subprocess_env):
+    subprocess_env.update(EMAIL_SENDER="ses", AWS_CONFIG_FILE="/nonexistent")
+    for name in [key for key in subprocess_env if key.startswith("AWS_") and "CONFIG" not in key]:
+        del subprocess_env[name]
+    subprocess_env["DATABASE_URL"] = "postgres://worker@127.0.0.1:1/worker"
+
+    result = manage_py("check", "--database", "default", env=subprocess_env, timeout=60)
+
+    assert result.returncode != 0
+    assert "EMAIL_SENDER" in result.stderr
+    assert "DATABASE_URL" in result.stderr
+
+
+@pytest.mark.parametrize("how", ["-v 3", "LOG_LEVEL=DEBUG"])
+def test_a_traceback_only_when_asked_for(subprocess_env, how):
+    subprocess_env["DATABASE_URL"] = "postgres://worker@127.0.0.1:1/worker"
+    args = ["worker_status"]
+    if how.startswith("-v"):
+        args += how.split()
+    else:
+        subprocess_env["LOG_LEVEL"] = "DEBUG"
+
+    result = manage_py(*args, env=subprocess_env, timeout=60)
+
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr
+    assert "DATABASE_URL" in result.stderr
