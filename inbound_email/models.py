@@ -180,6 +180,13 @@ class Reply(models.Model):
         help_text="A post since then may have reached Slack unconfirmed (timeout, 5xx, reset, "
         "crash): the channel is searched for it before any new post or the inbox fallback.",
     )
+    relay_unsure_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="An unconfirmed post may still show up in the channel until then (two claim "
+        "timeouts after the claim that sent it): a look-up before then that does not find it "
+        "is waited out, never followed by a new post or the inbox.",
+    )
     slack_channel = models.CharField(max_length=64, blank=True)
     slack_ts = models.CharField(max_length=32, blank=True)
     message_ts = models.CharField(

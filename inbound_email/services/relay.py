@@ -16,15 +16,26 @@ connection, or a claim left `posting` by a crash) sets `relay_unsure_since`; fro
 attempt first searches the channel's history for the message by its metadata and records it
 as posted when it is there, before it posts again or falls back to the inbox (I8: posted
 once, inboxed, or pending; never dropped).
+
+Exactly once when Slack answers late (issue 21): a look-up can only say "not there yet". So
+(1) every Slack call of an attempt is sent before the attempt's claim expires, or not at all
+(its timeout is capped by what is left of the claim, `slack.call_timeout`); (2) a post whose
+outcome is unknown is given until its claim plus two claim timeouts
+(`relay_unsure_until`) to show up: a look-up before then that does not find it is waited
+out, never followed by a new post or the inbox; (3) an attempt's record applies only while
+its claim is still the current one (the attempt number is the fencing token), so a late
+answer never overwrites a takeover. Claim times and their expiry are the database's clock,
+not a host's.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -57,6 +68,9 @@ RELAY_STALE_SECONDS = 900  # a pending relay this overdue lost its wake-up: enqu
 
 RELAY_LOOKUP_MARGIN_SECONDS = 120  # history searched from this long before the unsure claim
 RELAY_LOOKUP_MAX_PAGES = 10  # of 200 messages; a longer history since then is a failed lookup
+# An unconfirmed post is waited for until its claim + this many claim timeouts: its request
+# was sent before the claim expired, and Slack gets one more claim timeout to show it.
+RELAY_SETTLE_CLAIM_TIMEOUTS = 2
 
 
 @dataclass(frozen=True)
@@ -69,13 +83,16 @@ class RelayClaim:
     channel: str
     text: str
     unsure_since: datetime | None
+    unsure_until: datetime | None = None  # an unsure post may still show up until then
+    deadline: float | None = None  # time.monotonic() by which every call must be sent
 
 
 @dataclass(frozen=True)
 class RelayResult:
     """What the Slack step found out. `outcome`: posted | found (in the history, not posted
     again) | refused (Slack said no: not posted) | unknown (may have been posted) |
-    lookup_failed | spent (budget spent and not in the history: the inbox)."""
+    lookup_failed | waiting (not in the history yet, but an unsure post may still show up) |
+    spent (budget spent and not in the history: the inbox)."""
 
     outcome: str
     ts: str = ""
@@ -97,7 +114,7 @@ def reply_relay_sweep(*, stale_seconds: float = RELAY_STALE_SECONDS) -> int:
 
     A duplicate wake-up is harmless: the relay locks the reply and checks its status.
     """
-    now = timezone.now()
+    now = _db_now()
     stale = now - timedelta(seconds=stale_seconds)
     claim_expired = now - timedelta(seconds=get_config().relay_claim_timeout_seconds)
     with transaction.atomic():
@@ -148,11 +165,19 @@ def reply_relay(*, reply_id: int) -> str:
     """
     if not slack_enabled():
         return _relay_to_inbox(reply_id=reply_id, now=timezone.now())
-    claim = reply_relay_claim(reply_id=reply_id, now=timezone.now())
+    claim = reply_relay_claim(reply_id=reply_id)
     if claim is None:
         return "skipped"
     result = _relay_to_slack(claim)
     return reply_relay_record(claim=claim, result=result)
+
+
+def _db_now() -> datetime:
+    """The database's clock: claims and their expiry are compared on it, never on a host's
+    (hosts' clocks may differ by more than a claim timeout)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        return cursor.fetchone()[0]
 
 
 def _lock_reply(reply_id: int) -> Reply | None:
@@ -178,19 +203,32 @@ def _due(reply: Reply, now: datetime) -> bool:
     return False
 
 
-def reply_relay_claim(*, reply_id: int, now: datetime) -> RelayClaim | None:
+def _settles_at(claimed_at: datetime) -> datetime:
+    """Until when a post sent under the claim of `claimed_at` may still show up in Slack."""
+    timeout = get_config().relay_claim_timeout_seconds
+    return claimed_at + timedelta(seconds=RELAY_SETTLE_CLAIM_TIMEOUTS * timeout)
+
+
+def reply_relay_claim(*, reply_id: int, now: datetime | None = None) -> RelayClaim | None:
     """Claim one relay attempt and commit it: status `posting`, the attempt counted.
 
     None when the reply is not due (finished, scheduled later, or claimed by a live worker).
     A claim left `posting` past its timeout is taken over: its worker may have posted and
     died before recording, so the post is marked unsure and looked up before any new one.
+    `now` is the database's clock unless given; the claim's Slack calls must be sent within
+    the claim timeout, measured from before the claim (the claim's `deadline`).
     """
+    deadline = time.monotonic() + get_config().relay_claim_timeout_seconds
     with transaction.atomic():
+        now = now or _db_now()
         reply = _lock_reply(reply_id)
         if reply is None or not _due(reply, now):
             return None
         if reply.relay_status == Reply.RelayStatus.POSTING:
             reply.relay_unsure_since = reply.relay_unsure_since or reply.relay_claimed_at
+            reply.relay_unsure_until = max(
+                filter(None, [reply.relay_unsure_until, _settles_at(reply.relay_claimed_at)])
+            )
             logger.warning(
                 "relay of reply %s was left posting since %s (attempt %s; the worker stopped "
                 "between the post and its record?): looking it up before posting again",
@@ -215,6 +253,7 @@ def reply_relay_claim(*, reply_id: int, now: datetime) -> RelayClaim | None:
                 "relay_status",
                 "relay_claimed_at",
                 "relay_unsure_since",
+                "relay_unsure_until",
                 "slack_channel",
             ]
         )
@@ -226,6 +265,8 @@ def reply_relay_claim(*, reply_id: int, now: datetime) -> RelayClaim | None:
             channel=reply.slack_channel,
             text=slack_text(reply),
             unsure_since=reply.relay_unsure_since,
+            unsure_until=reply.relay_unsure_until,
+            deadline=deadline,
         )
 
 
@@ -239,16 +280,28 @@ def _relay_to_slack(claim: RelayClaim) -> RelayResult:
                 event_payload=relay_metadata(claim.reply_id)["event_payload"],
                 oldest=claim.unsure_since.timestamp() - RELAY_LOOKUP_MARGIN_SECONDS,
                 max_pages=RELAY_LOOKUP_MAX_PAGES,
+                deadline=claim.deadline,
             )
         except SlackLookupError as exc:
             return RelayResult("lookup_failed", error=str(exc), retry_after=exc.retry_after)
         if ts:
             return RelayResult("found", ts=ts)
+        if claim.unsure_until is not None and claim.claimed_at < claim.unsure_until:
+            # Not there *yet*: the unsure post may still be on its way. Neither a new post
+            # nor the inbox before it has had its time (the look-up then decides).
+            return RelayResult(
+                "waiting",
+                error=f"a post whose outcome is unknown may still show up in Slack until "
+                f"{claim.unsure_until.isoformat()}: looked up again then",
+            )
     if claim.attempt > get_config().relay_max_attempts:
         return RelayResult("spent")  # only look-ups were left: it is not in Slack
     try:
         ts = post_message(
-            channel=claim.channel, text=claim.text, metadata=relay_metadata(claim.reply_id)
+            channel=claim.channel,
+            text=claim.text,
+            metadata=relay_metadata(claim.reply_id),
+            deadline=claim.deadline,
         )
     except SlackPostError as exc:
         outcome = "unknown" if post_outcome_unknown(exc) else "refused"
@@ -258,14 +311,16 @@ def _relay_to_slack(claim: RelayClaim) -> RelayResult:
 
 def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
     """Record the outcome of a claimed attempt in its own transaction; returns reply_relay's
-    outcome. A claim that is no longer ours (taken over after its timeout) is left alone."""
-    now = timezone.now()
+    outcome. A claim that is no longer ours (taken over after its timeout) is left alone:
+    the attempt number is the fencing token, so a late answer never overwrites a takeover."""
     budget = get_config().relay_max_attempts
     with transaction.atomic():
+        now = _db_now()
         reply = _lock_reply(claim.reply_id)
         if (
             reply is None
             or reply.relay_status != Reply.RelayStatus.POSTING
+            or reply.relay_attempts != claim.attempt
             or reply.relay_claimed_at != claim.claimed_at
         ):
             logger.warning(
@@ -293,13 +348,26 @@ def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
         elif result.outcome == "spent" or (result.outcome == "refused" and claim.attempt >= budget):
             _inbox(reply, fallback_error=result.error or reply.relay_last_error or "not posted")
             outcome = "inboxed"
-        else:  # refused with budget left, unknown, lookup_failed: try again later
+        else:  # refused with budget left, unknown, lookup_failed, waiting: try again later
+            not_before = None
             if result.outcome == "unknown":
                 reply.relay_unsure_since = reply.relay_unsure_since or claim.claimed_at
+                reply.relay_unsure_until = max(
+                    filter(None, [reply.relay_unsure_until, _settles_at(claim.claimed_at)])
+                )
+                not_before = reply.relay_unsure_until  # the look-up then decides
+            elif result.outcome == "waiting":
+                not_before = reply.relay_unsure_until
             error = result.error
             if result.outcome == "lookup_failed":
                 error = f"unsure whether an earlier post arrived; {error}"
-            _schedule_relay_retry(reply, error=error, retry_after=result.retry_after, now=now)
+            _schedule_relay_retry(
+                reply,
+                error=error,
+                retry_after=result.retry_after,
+                now=now,
+                not_before=not_before,
+            )
             return "retry"
         _complete_and_release_mail(reply, now)
     return outcome
@@ -338,7 +406,12 @@ def _complete_and_release_mail(reply: Reply, now: datetime) -> None:
 
 
 def _schedule_relay_retry(
-    reply: Reply, *, error: str, retry_after: float | None, now: datetime
+    reply: Reply,
+    *,
+    error: str,
+    retry_after: float | None,
+    now: datetime,
+    not_before: datetime | None = None,
 ) -> None:
     config = get_config()
     delay = backoff_seconds(
@@ -348,6 +421,8 @@ def _schedule_relay_retry(
     )
     if retry_after is not None:
         delay = max(delay, retry_after)
+    if not_before is not None:
+        delay = max(delay, (not_before - now).total_seconds())
     reply.relay_status = Reply.RelayStatus.PENDING
     reply.relay_next_attempt_at = now + timedelta(seconds=delay)
     reply.relay_last_error = error[:2000]
@@ -355,6 +430,7 @@ def _schedule_relay_retry(
         update_fields=[
             "relay_status",
             "relay_unsure_since",
+            "relay_unsure_until",
             "relay_next_attempt_at",
             "relay_last_error",
         ]

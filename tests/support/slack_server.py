@@ -55,6 +55,12 @@ class Response:
     keeps_post: bool | None = None  # chat.postMessage kept in the channel (None: when ok)
     reset: bool = False  # reset the connection (RST) instead of answering
     truncated: bool = False  # send half the promised body, then close (a proxy cut it short)
+    # Slack takes `delay` to handle the call: a post appears in the channel only then, when
+    # the answer is sent (whether or not the client still waits for it).
+    kept_late: bool = False
+    # The status line and then one header line at a time trickle in over `delay`: every read
+    # of the client gets bytes well within its timeout, so only a total deadline ends it.
+    trickle: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,14 @@ class SlackServer:
         """Handle the call at once (a post is kept) but answer only after `seconds`."""
         then = then or SlackServer.ok()
         return Response(then.status, then.body, then.headers, delay=seconds, keeps_post=True)
+
+    @staticmethod
+    def late(seconds: float, *, trickle: bool = False) -> Response:
+        """Slack takes `seconds` to handle the call: a post is kept (shown in the history)
+        only after them, when the answer is sent, even if the client gave up meanwhile. With
+        `trickle` the answer's head arrives a line at a time over those seconds, so a client
+        whose timeout is per read (not total) keeps waiting."""
+        return Response(200, {"ok": True}, delay=seconds, kept_late=True, trickle=trickle)
 
     @staticmethod
     def error_after_post(status: int = 500) -> Response:
@@ -242,22 +256,37 @@ class SlackServer:
             else:
                 response = self._unscripted(method)
             answered_ok = response.status == 200 and bool(response.body.get("ok"))
-            if method == "chat.postMessage":
-                keeps = answered_ok if response.keeps_post is None else response.keeps_post
-                if keeps:
-                    message = self._keep(args)
-                    if answered_ok:
-                        body = {
-                            **response.body,
-                            "channel": args.get("channel", ""),
-                            "ts": message["ts"],
-                            "message": {k: v for k, v in message.items() if k != "metadata"},
-                        }
-                        response = dataclasses.replace(response, body=body)
+            if method == "chat.postMessage" and not response.kept_late:
+                response = self._post(args, response)
             elif method == "conversations.history" and answered_ok:
                 response = dataclasses.replace(
                     response, body={**response.body, **self._history(args)}
                 )
+            return response
+
+    def _post(self, args: dict[str, Any], response: Response) -> Response:
+        """Keep a chat.postMessage in its channel (when the response says so) and answer with
+        its ts as Slack does. Called with the lock held."""
+        answered_ok = response.status == 200 and bool(response.body.get("ok"))
+        keeps = answered_ok if response.keeps_post is None else response.keeps_post
+        if not keeps:
+            return response
+        message = self._keep(args)
+        if not answered_ok:
+            return response
+        body = {
+            **response.body,
+            "channel": args.get("channel", ""),
+            "ts": message["ts"],
+            "message": {k: v for k, v in message.items() if k != "metadata"},
+        }
+        return dataclasses.replace(response, body=body)
+
+    def _handled_late(self, method: str, args: dict[str, Any], response: Response) -> Response:
+        """The end of a call Slack took long to handle (`late`): a post is kept only now."""
+        with self._lock:
+            if method == "chat.postMessage":
+                return self._post(args, dataclasses.replace(response, kept_late=False))
             return response
 
     def _keep(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -358,10 +387,22 @@ class SlackServer:
                     self.connection.close()
                     self.close_connection = True
                     return
-                if response.delay:
+                if response.trickle:
+                    self._trickle_head(response.delay)
+                elif response.delay:
                     time.sleep(response.delay)
-                payload = json.dumps(response.body).encode()
+                if response.kept_late:  # kept now, whether or not the client still waits
+                    response = server._handled_late(method, args, response)
                 try:
+                    payload = json.dumps(response.body).encode()
+                    if response.trickle:
+                        self.wfile.write(
+                            b"Content-Type: application/json; charset=utf-8\r\n"
+                            + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                            + payload
+                        )
+                        self.wfile.flush()
+                        return
                     self.send_response(response.status)
                     self.send_header("Content-Type", "application/json; charset=utf-8")
                     self.send_header("Content-Length", str(len(payload)))
@@ -376,6 +417,22 @@ class SlackServer:
                     self.wfile.write(payload)
                 except OSError:  # the client gave up waiting (slow answers): nothing to do
                     self.close_connection = True
+
+            def _trickle_head(self, seconds: float) -> None:
+                """The status line, then a header line every 0.1 s for `seconds` (to the end
+                of them even if the client hangs up: Slack goes on with the call)."""
+                end = time.monotonic() + seconds
+                line = 0
+                try:
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                    self.wfile.flush()
+                    while time.monotonic() < end:
+                        time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+                        self.wfile.write(f"X-Slack-Still-Working: {line}\r\n".encode())
+                        self.wfile.flush()
+                        line += 1
+                except OSError:
+                    time.sleep(max(0.0, end - time.monotonic()))
 
             do_GET = do_POST
 
