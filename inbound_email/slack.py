@@ -225,3 +225,94 @@ def find_message(
         f"Slack conversations.history: more than {max_pages} pages since {oldest:.0f}; "
         "the history was not searched to the end"
     )
+
+
+def share_files(
+    *,
+    channel: str,
+    thread_ts: str,
+    files: list[tuple[str, bytes]],
+    comment: str,
+    deadline: float | None = None,
+) -> list[str]:
+    """Share `files` ([(file name, bytes)]) in the thread of `thread_ts` with one message
+    (`comment`, already escaped): slack-sdk's files_upload_v2 (files.getUploadURLExternal,
+    the upload to the URL it returns, then one files.completeUploadExternal, which is what
+    shows them). Returns the file ids. Only the last call shows anything in the channel, so
+    after an unknown outcome the thread is looked up (`find_thread_message`) for `comment`.
+    """
+    if not slack_enabled():
+        raise SlackPostError("Slack is off (no SLACK_BOT_TOKEN)")
+    try:
+        client = _client(call_timeout(deadline))
+    except CallDeadlinePassed as exc:
+        raise SlackPostError(f"Slack files_upload_v2 not sent: {exc}") from None
+    try:
+        response = client.files_upload_v2(
+            file_uploads=[
+                {"content": data, "filename": name, "title": name} for name, data in files
+            ],
+            channel=channel,
+            thread_ts=thread_ts,
+            initial_comment=comment,
+        )
+    except SlackApiError as exc:
+        resp = exc.response
+        retry_after = None
+        if resp is not None and resp.status_code == 429:
+            headers = resp.headers or {}
+            retry_after = retry_after_seconds(
+                headers.get("Retry-After") or headers.get("retry-after")
+            )
+        error = resp.get("error") if resp is not None else None
+        raise SlackPostError(
+            f"Slack files_upload_v2 failed: {error or exc}", retry_after=retry_after
+        ) from exc
+    except _CALL_ERRORS as exc:
+        raise SlackPostError(f"Slack files_upload_v2 failed: {exc}") from exc
+    return [str(f.get("id") or "") for f in response.get("files") or []]
+
+
+def find_thread_message(
+    *, channel: str, thread_ts: str, marker: str, max_pages: int, deadline: float | None = None
+) -> str | None:
+    """The ts of a bot message with files in the thread of `thread_ts` whose text contains
+    `marker`; None when the whole thread has none. Raises SlackLookupError when the thread
+    could not be read to the end (conversations.replies; the bot's history scopes)."""
+    cursor: str | None = None
+    for _ in range(max_pages):
+        try:
+            client = _client(call_timeout(deadline))
+        except CallDeadlinePassed as exc:
+            raise SlackLookupError(f"Slack conversations.replies not read: {exc}") from None
+        try:
+            response = client.conversations_replies(
+                channel=channel, ts=thread_ts, limit=HISTORY_PAGE_SIZE, cursor=cursor
+            )
+        except SlackApiError as exc:
+            resp = exc.response
+            retry_after = None
+            if resp is not None and resp.status_code == 429:
+                headers = resp.headers or {}
+                retry_after = retry_after_seconds(
+                    headers.get("Retry-After") or headers.get("retry-after")
+                )
+            error = resp.get("error") if resp is not None else None
+            raise SlackLookupError(
+                f"Slack conversations.replies failed: {error or exc}", retry_after=retry_after
+            ) from exc
+        except _CALL_ERRORS as exc:
+            raise SlackLookupError(f"Slack conversations.replies failed: {exc}") from exc
+        for message in response.get("messages") or []:
+            if (
+                message.get("files")
+                and message.get("bot_id")
+                and marker in str(message.get("text") or "")
+            ):
+                return str(message.get("ts") or "")
+        cursor = (response.get("response_metadata") or {}).get("next_cursor") or None
+        if not response.get("has_more") or not cursor:
+            return None
+    raise SlackLookupError(
+        f"Slack conversations.replies: more than {max_pages} pages in the thread {thread_ts}"
+    )

@@ -37,24 +37,29 @@ from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import Q
+from django.urls import reverse
 from django.utils import timezone
 
 from canonical_ids import record_message
 from inbound_email.conf import get_config
-from inbound_email.exceptions import SlackLookupError, SlackPostError
-from inbound_email.models import InboundEmail, Reply
+from inbound_email.exceptions import SlackLookupError, SlackPostError, StoreError
+from inbound_email.models import InboundEmail, Reply, ReplyAttachment
 from inbound_email.services.ledger import backoff_seconds, reply_complete
 from inbound_email.services.relay_message import (
     RELAY_EVENT_TYPE,
     cut_text_note,
+    files_comment,
+    files_marker,
     relay_metadata,
     slack_text,
 )
 from inbound_email.services.store_sync import inbound_email_finalize
 from inbound_email.slack import (
     find_message,
+    find_thread_message,
     post_message,
     post_outcome_unknown,
+    share_files,
     slack_enabled,
 )
 from inbound_email.stores import default_store
@@ -85,6 +90,9 @@ class RelayClaim:
     unsure_since: datetime | None
     unsure_until: datetime | None = None  # an unsure post may still show up until then
     deadline: float | None = None  # time.monotonic() by which every call must be sent
+    message_ts: str = ""  # the instruction is posted: this attempt shares the attachments
+    files: tuple[tuple[str, str], ...] = ()  # (file name, store key) still to relay
+    files_attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,7 @@ class RelayResult:
     ts: str = ""
     error: str = ""
     retry_after: float | None = None
+    file_ids: tuple[str, ...] = ()
 
 
 def reply_relay_enqueue(*, reply_id: int, run_after: datetime | None = None) -> None:
@@ -237,7 +246,7 @@ def reply_relay_claim(*, reply_id: int, now: datetime | None = None) -> RelayCla
                 reply.relay_attempts,
                 extra={"action": "instruction_claim_expired", "reply_id": reply.pk},
             )
-        elif reply.relay_unsure_since is None:
+        elif reply.relay_unsure_since is None and not reply.slack_ts:
             # The proposal's current channel: one configured after a failed attempt is used.
             # While a post is unsure it stays where that post may be (where the lookup runs).
             proposal = reply.notification.proposal
@@ -245,11 +254,14 @@ def reply_relay_claim(*, reply_id: int, now: datetime | None = None) -> RelayCla
                 proposal.slack_channel if proposal else ""
             ) or reply.slack_channel
         reply.relay_attempts += 1
+        if reply.slack_ts:  # the instruction is posted: this attempt shares the attachments
+            reply.relay_files_attempts += 1
         reply.relay_status = Reply.RelayStatus.POSTING
         reply.relay_claimed_at = now
         reply.save(
             update_fields=[
                 "relay_attempts",
+                "relay_files_attempts",
                 "relay_status",
                 "relay_claimed_at",
                 "relay_unsure_since",
@@ -267,11 +279,20 @@ def reply_relay_claim(*, reply_id: int, now: datetime | None = None) -> RelayCla
             unsure_since=reply.relay_unsure_since,
             unsure_until=reply.relay_unsure_until,
             deadline=deadline,
+            message_ts=reply.slack_ts,
+            files=tuple(
+                reply.attachments.filter(
+                    state=ReplyAttachment.State.STORED, relayed_at__isnull=True
+                ).values_list("filename", "store_key")
+            ),
+            files_attempt=reply.relay_files_attempts,
         )
 
 
 def _relay_to_slack(claim: RelayClaim) -> RelayResult:
     """The Slack step of one attempt; no database. Every failure becomes a RelayResult."""
+    if claim.message_ts:
+        return _share_files(claim)
     if claim.unsure_since is not None:
         try:
             ts = find_message(
@@ -309,6 +330,50 @@ def _relay_to_slack(claim: RelayClaim) -> RelayResult:
     return RelayResult("posted", ts=ts)
 
 
+def _share_files(claim: RelayClaim) -> RelayResult:
+    """The attachments' step, once the instruction is posted: shared in its thread with one
+    files.completeUploadExternal, under the same claim / look-up / record rules as the post
+    (the look-up searches the thread for the sharing message, which names the reply)."""
+    if claim.unsure_since is not None:
+        try:
+            ts = find_thread_message(
+                channel=claim.channel,
+                thread_ts=claim.message_ts,
+                marker=files_marker(claim.reply_id),
+                max_pages=RELAY_LOOKUP_MAX_PAGES,
+                deadline=claim.deadline,
+            )
+        except SlackLookupError as exc:
+            return RelayResult("lookup_failed", error=str(exc), retry_after=exc.retry_after)
+        if ts:
+            return RelayResult("files_found", ts=ts)
+        if claim.unsure_until is not None and claim.claimed_at < claim.unsure_until:
+            return RelayResult(
+                "waiting",
+                error=f"attachments whose sharing is unconfirmed may still show up in Slack "
+                f"until {claim.unsure_until.isoformat()}: looked up again then",
+            )
+    if claim.files_attempt > get_config().relay_max_attempts:
+        return RelayResult("files_spent")
+    try:
+        store = default_store()
+        files = [(name, store.get(key)) for name, key in claim.files]
+    except StoreError as exc:
+        return RelayResult("refused", error=f"reading a stored attachment failed: {exc}")
+    try:
+        ids = share_files(
+            channel=claim.channel,
+            thread_ts=claim.message_ts,
+            files=files,
+            comment=files_comment(claim.reply_id, len(files)),
+            deadline=claim.deadline,
+        )
+    except SlackPostError as exc:
+        outcome = "unknown" if post_outcome_unknown(exc) else "refused"
+        return RelayResult(outcome, error=str(exc), retry_after=exc.retry_after)
+    return RelayResult("files_posted", file_ids=tuple(ids))
+
+
 def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
     """Record the outcome of a claimed attempt in its own transaction; returns reply_relay's
     outcome. A claim that is no longer ours (taken over after its timeout) is left alone:
@@ -332,7 +397,19 @@ def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
                 extra={"action": "instruction_claim_lost", "reply_id": claim.reply_id},
             )
             return "skipped"
-        if result.outcome in ("posted", "found"):
+        if claim.message_ts and result.outcome in ("files_posted", "files_found", "files_spent"):
+            _record_files(reply, claim, result, now)
+            outcome = "posted"
+        elif claim.message_ts and result.outcome == "refused" and claim.files_attempt >= budget:
+            _record_files(reply, claim, RelayResult("files_spent", error=result.error), now)
+            outcome = "posted"
+        elif result.outcome in ("posted", "found") and claim.files:
+            # The instruction is in Slack; its attachments go to its thread next, at once.
+            reply.slack_ts = result.ts
+            reply.relay_unsure_since = reply.relay_unsure_until = None
+            _schedule_relay_retry(reply, error="", retry_after=None, now=now, at_once=True)
+            return "retry"
+        elif result.outcome in ("posted", "found"):
             reply.slack_ts = result.ts
             reply.relay_status = Reply.RelayStatus.POSTED
             outcome = "posted"
@@ -373,6 +450,43 @@ def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
     return outcome
 
 
+def _record_files(reply: Reply, claim: RelayClaim, result: RelayResult, now: datetime) -> None:
+    """The attachments' outcome: shared (file ids kept when Slack gave them) or, with their
+    budget spent, left for an operator (downloadable in the admin; the raw mail is kept)."""
+    reply.relay_status = Reply.RelayStatus.POSTED
+    pending = list(
+        reply.attachments.filter(state=ReplyAttachment.State.STORED, relayed_at__isnull=True)
+    )
+    if result.outcome == "files_spent":
+        reply.needs_operator = True
+        reply.relay_last_error = (
+            f"the instruction is in Slack but its {len(pending)} attachment(s) were never "
+            f"shared in its thread ({result.error or reply.relay_last_error or 'not shared'}); "
+            "download them in the admin"
+        )[:2000]
+        logger.error(
+            "attachments of reply %s never reached Slack after %s attempts: left for an operator",
+            reply.pk,
+            claim.files_attempt,
+            extra={"action": "attachments_not_shared", "reply_id": reply.pk},
+        )
+        return
+    ids = list(result.file_ids) if len(result.file_ids) == len(pending) else []
+    for position, attachment in enumerate(pending):
+        attachment.relayed_at = now
+        attachment.slack_file_id = ids[position] if ids else ""
+    ReplyAttachment.objects.bulk_update(pending, ["relayed_at", "slack_file_id"])
+    logger.info(
+        "attachments of reply %s %s (%s files)",
+        reply.pk,
+        "shared in the instruction's Slack thread"
+        if result.outcome == "files_posted"
+        else "found in the instruction's Slack thread: recorded, not shared again",
+        len(pending),
+        extra={"action": f"attachments_{result.outcome}", "reply_id": reply.pk},
+    )
+
+
 def _relay_to_inbox(*, reply_id: int, now: datetime) -> str:
     """Slack off: the database inbox at once, in one transaction (no external effect)."""
     with transaction.atomic():
@@ -381,13 +495,23 @@ def _relay_to_inbox(*, reply_id: int, now: datetime) -> str:
             return "skipped"
         reply.relay_attempts += 1
         unsure = reply.relay_unsure_since is not None or reply.relay_status == "posting"
-        _inbox(
-            reply,
-            fallback_error="Slack was turned off while a post of it was unconfirmed: it may "
-            "be in Slack too"
-            if unsure
-            else "",
-        )
+        if reply.slack_ts:
+            # The instruction is in Slack already; only its attachments were left to share.
+            _inbox(
+                reply,
+                fallback_error="Slack was turned off before the attachments were shared in "
+                "the instruction's thread: listed in the inbox"
+                + ("; they may be in Slack too" if unsure else ""),
+                attachments_only=True,
+            )
+        else:
+            _inbox(
+                reply,
+                fallback_error="Slack was turned off while a post of it was unconfirmed: it "
+                "may be in Slack too"
+                if unsure
+                else "",
+            )
         _complete_and_release_mail(reply, now)
     return "inboxed"
 
@@ -412,12 +536,17 @@ def _schedule_relay_retry(
     retry_after: float | None,
     now: datetime,
     not_before: datetime | None = None,
+    at_once: bool = False,
 ) -> None:
     config = get_config()
-    delay = backoff_seconds(
-        reply.relay_attempts,
-        base=config.relay_backoff_base_seconds,
-        cap=config.relay_backoff_cap_seconds,
+    delay = (
+        0.0
+        if at_once
+        else backoff_seconds(
+            reply.relay_attempts,
+            base=config.relay_backoff_base_seconds,
+            cap=config.relay_backoff_cap_seconds,
+        )
     )
     if retry_after is not None:
         delay = max(delay, retry_after)
@@ -433,9 +562,12 @@ def _schedule_relay_retry(
             "relay_unsure_until",
             "relay_next_attempt_at",
             "relay_last_error",
+            "slack_ts",
         ]
     )
     reply_relay_enqueue(reply_id=reply.pk, run_after=reply.relay_next_attempt_at)
+    if at_once:
+        return
     spent = reply.relay_attempts >= config.relay_max_attempts
     (logger.error if spent else logger.warning)(
         "instruction of reply %s not posted (attempt %s%s, retry in %.0fs): %s",
@@ -452,14 +584,23 @@ def _schedule_relay_retry(
     )
 
 
-def _inbox(reply: Reply, *, fallback_error: str) -> None:
-    """Record the instruction in the database inbox (a Message with a minted canonical id)."""
+def _inbox(reply: Reply, *, fallback_error: str, attachments_only: bool = False) -> None:
+    """Record the instruction in the database inbox (a Message with a minted canonical id),
+    with its attachments listed; `attachments_only` when the instruction itself is in Slack
+    (never inboxed on top of a post Slack accepted)."""
     notification = reply.notification
     proposal = notification.proposal
-    note = cut_text_note(reply)
+    note = "\n".join(filter(None, [cut_text_note(reply), _inbox_attachments_text(reply)]))
+    attachments = list(reply.attachments.all())
+    text = reply.instruction + (f"\n{note}" if note else "")
+    if attachments_only:
+        text = (
+            f"Attachments of reply #{reply.pk} (its instruction is in Slack, "
+            f"{reply.slack_ts}):\n{_inbox_attachments_text(reply)}"
+        )
     message = record_message(
         run_id=(proposal.run_id if proposal else "")[:64],
-        text=reply.instruction + (f"\n{note}" if note else ""),
+        text=text,
         author=f"pi:{notification.user_id}",
         source="email",
         metadata={
@@ -469,10 +610,27 @@ def _inbox(reply: Reply, *, fallback_error: str) -> None:
             "rating": reply.rating,
             "slack_failed": bool(fallback_error),
             "cut_lines": reply.cut_lines,
+            "attachments": [
+                {
+                    "id": a.pk,
+                    "filename": a.filename,
+                    "content_type": a.content_type,
+                    "size": a.size,
+                    "sha256": a.sha256,
+                    "state": a.state,
+                    "download": _download_path(a),
+                }
+                for a in attachments
+            ],
         },
     )
+    now = timezone.now()
+    stored = [a for a in attachments if a.state == ReplyAttachment.State.STORED]
+    for attachment in stored:
+        attachment.relayed_at = attachment.relayed_at or now
+    ReplyAttachment.objects.bulk_update(stored, ["relayed_at"])
     reply.message_ts = message.ts
-    reply.relay_status = Reply.RelayStatus.INBOXED
+    reply.relay_status = Reply.RelayStatus.POSTED if attachments_only else Reply.RelayStatus.INBOXED
     if fallback_error:
         reply.needs_operator = True
         reply.relay_last_error = fallback_error[:2000]
@@ -485,3 +643,22 @@ def _inbox(reply: Reply, *, fallback_error: str) -> None:
             fallback_error,
             extra={"action": "instruction_inbox_fallback", "reply_id": reply.pk},
         )
+
+
+def _download_path(attachment: ReplyAttachment) -> str:
+    """Where an operator downloads it in the admin: the stored file, else the raw mail."""
+    if attachment.state == ReplyAttachment.State.STORED:
+        return reverse("admin:inbound_email_replyattachment_download", args=[attachment.pk])
+    return reverse("admin:inbound_email_inboundemail_raw", args=[attachment.reply.inbound_email_id])
+
+
+def _inbox_attachments_text(reply: Reply) -> str:
+    """One line per attachment in the inbox message: name, type, size, sha256, download."""
+    lines = []
+    for a in reply.attachments.all():
+        where = "download" if a.state == ReplyAttachment.State.STORED else a.get_state_display()
+        lines.append(
+            f"[attachment {a.index}: {a.filename} ({a.content_type}, {a.size} bytes, sha256 "
+            f"{a.sha256}); {where}: {_download_path(a)}]"
+        )
+    return "\n".join(lines)

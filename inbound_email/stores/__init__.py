@@ -48,19 +48,21 @@ def store_from_url(url: str | None = None) -> MailStore:
             raise InvalidStoreUrl(f"INBOUND_EMAIL_STORE={url!r}: use s3://bucket/prefix")
         if prefix and not prefix.endswith("/"):
             prefix += "/"
-        return S3Store(bucket, prefix, quarantine_prefix)
+        return S3Store(
+            bucket, prefix, quarantine_prefix, attachments_prefix=config.attachments_prefix
+        )
     if "://" in url:
         raise InvalidStoreUrl(f"INBOUND_EMAIL_STORE={url!r}: use s3://bucket/prefix or a folder")
-    return FolderStore(Path(url), quarantine_prefix)
+    return FolderStore(Path(url), quarantine_prefix, config.attachments_prefix)
 
 
-_default_cache: dict[tuple[str, str], MailStore] = {}
+_default_cache: dict[tuple[str, str, str], MailStore] = {}
 
 
 def default_store() -> MailStore:
     """The configured store, built once per process (a boto3 client is costly to create)."""
     config = get_config()
-    cache_key = (config.store_url, config.quarantine_prefix)
+    cache_key = (config.store_url, config.quarantine_prefix, config.attachments_prefix)
     store = _default_cache.get(cache_key)
     if store is None:
         store = _default_cache[cache_key] = store_from_url()

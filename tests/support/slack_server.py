@@ -89,6 +89,7 @@ class SlackServer:
         self._script: deque[Response] = deque()
         self._method_scripts: dict[str, deque[Response]] = {}
         self._messages: dict[str, list[dict[str, Any]]] = {}  # channel -> kept, oldest first
+        self._files: dict[str, dict[str, Any]] = {}  # file id -> name, length, uploaded bytes
         self._lock = threading.Lock()
         self._last_ts = 0.0
         self._faults: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -256,19 +257,61 @@ class SlackServer:
             else:
                 response = self._unscripted(method)
             answered_ok = response.status == 200 and bool(response.body.get("ok"))
-            if method == "chat.postMessage" and not response.kept_late:
-                response = self._post(args, response)
+            if method in _POSTING_METHODS and not response.kept_late:
+                response = self._post(method, args, response)
+            elif method == "files.getUploadURLExternal" and answered_ok:
+                file_id = f"F{len(self._files) + 1:08d}"
+                self._files[file_id] = {
+                    "id": file_id,
+                    "name": str(args.get("filename", "")),
+                    "length": int(args.get("length") or 0),
+                    "data": None,
+                }
+                response = dataclasses.replace(
+                    response,
+                    body={
+                        **response.body,
+                        "file_id": file_id,
+                        "upload_url": f"http://127.0.0.1:{self.port}/upload/{file_id}",
+                    },
+                )
+            elif method == "upload" and answered_ok:
+                upload = self._files.get(str(args.get("file_id")))
+                if upload is None:
+                    response = Response(404, {"ok": False, "error": "file_not_found"})
+                else:
+                    upload["data"] = args["data"]
             elif method == "conversations.history" and answered_ok:
                 response = dataclasses.replace(
                     response, body={**response.body, **self._history(args)}
                 )
+            elif method == "conversations.replies" and answered_ok:
+                response = dataclasses.replace(
+                    response, body={**response.body, **self._history(args, thread=True)}
+                )
             return response
 
-    def _post(self, args: dict[str, Any], response: Response) -> Response:
-        """Keep a chat.postMessage in its channel (when the response says so) and answer with
-        its ts as Slack does. Called with the lock held."""
+    def _post(self, method: str, args: dict[str, Any], response: Response) -> Response:
+        """Keep a chat.postMessage, or the message of a files.completeUploadExternal, in its
+        channel (when the response says so) and answer as Slack does. With the lock held."""
         answered_ok = response.status == 200 and bool(response.body.get("ok"))
         keeps = answered_ok if response.keeps_post is None else response.keeps_post
+        if method == "files.completeUploadExternal":
+            files = self._completed_files(args)
+            if files is None:
+                return Response(200, {"ok": False, "error": "file_upload_not_completed"})
+            if keeps:
+                self._keep(
+                    {
+                        "channel": args.get("channel_id", ""),
+                        "text": args.get("initial_comment", ""),
+                        "thread_ts": args.get("thread_ts", ""),
+                        "files": files,
+                    }
+                )
+            if not answered_ok:
+                return response
+            return dataclasses.replace(response, body={**response.body, "files": files})
         if not keeps:
             return response
         message = self._keep(args)
@@ -285,9 +328,47 @@ class SlackServer:
     def _handled_late(self, method: str, args: dict[str, Any], response: Response) -> Response:
         """The end of a call Slack took long to handle (`late`): a post is kept only now."""
         with self._lock:
-            if method == "chat.postMessage":
-                return self._post(args, dataclasses.replace(response, kept_late=False))
+            if method in _POSTING_METHODS:
+                return self._post(method, args, dataclasses.replace(response, kept_late=False))
             return response
+
+    def _completed_files(self, args: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The files a files.completeUploadExternal names, each uploaded in full; None when
+        one was never asked for or not (fully) uploaded, as Slack refuses it then."""
+        try:
+            wanted = json.loads(args.get("files") or "[]")
+        except ValueError:
+            return None
+        files = []
+        for item in wanted if isinstance(wanted, list) else []:
+            upload = self._files.get(str(item.get("id")))
+            if upload is None or upload["data"] is None or len(upload["data"]) != upload["length"]:
+                return None
+            files.append(
+                {
+                    "id": upload["id"],
+                    "name": upload["name"],
+                    "title": item.get("title") or upload["name"],
+                    "size": upload["length"],
+                }
+            )
+        return files or None
+
+    def uploaded(self, file_id: str) -> bytes | None:
+        """The bytes uploaded for a file id (None: never uploaded)."""
+        with self._lock:
+            upload = self._files.get(file_id)
+            return None if upload is None else upload["data"]
+
+    def shared_files(self, channel: str) -> list[dict[str, Any]]:
+        """Every file shown in the channel (threads included), oldest first, with the ts of
+        the message that shares it and the thread it is in."""
+        with self._lock:
+            return [
+                {**f, "message_ts": m["ts"], "thread_ts": m.get("thread_ts", "")}
+                for m in self._messages.get(channel, [])
+                for f in m.get("files", [])
+            ]
 
     def _keep(self, args: dict[str, Any]) -> dict[str, Any]:
         """Store a posted message as Slack does; ts from the clock, strictly increasing."""
@@ -300,6 +381,10 @@ class SlackServer:
             "ts": f"{ts:.6f}",
             "bot_id": "B0TEST",
         }
+        if args.get("thread_ts"):
+            message["thread_ts"] = str(args["thread_ts"])
+        if args.get("files"):
+            message["files"] = args["files"]
         metadata = args.get("metadata")
         if isinstance(metadata, str):  # form-encoded clients send it as JSON text
             try:
@@ -314,19 +399,37 @@ class SlackServer:
         self._messages.setdefault(str(args.get("channel", "")), []).append(message)
         return message
 
-    def _history(self, args: dict[str, Any]) -> dict[str, Any]:
-        """conversations.history over the kept messages, newest first, paginated."""
+    def _history(self, args: dict[str, Any], *, thread: bool = False) -> dict[str, Any]:
+        """conversations.history over the kept messages, newest first, paginated; thread
+        replies are not in it. With `thread`: conversations.replies, the thread of `ts`
+        (its parent first, then the replies, oldest first)."""
+        if thread:
+            parent = str(args.get("ts", ""))
+            selected = [
+                m
+                for m in self._messages.get(str(args.get("channel", "")), [])
+                if m["ts"] == parent or m.get("thread_ts") == parent
+            ]
+            with_metadata = _truthy(args.get("include_all_metadata"))
+            return self._page(args, selected, with_metadata=with_metadata)
         inclusive = _truthy(args.get("inclusive"))
         oldest = float(args.get("oldest") or 0)
         latest = float(args.get("latest") or 0) or float("inf")
-        limit = max(1, min(int(args.get("limit") or 100), 999))
         with_metadata = _truthy(args.get("include_all_metadata"))
         selected = [
             m
             for m in reversed(self._messages.get(str(args.get("channel", "")), []))
             if (oldest <= float(m["ts"]) if inclusive else oldest < float(m["ts"]))
             and (float(m["ts"]) <= latest if inclusive else float(m["ts"]) < latest)
+            and m.get("thread_ts", m["ts"]) == m["ts"]
         ]
+        return self._page(args, selected, with_metadata=with_metadata)
+
+    @staticmethod
+    def _page(
+        args: dict[str, Any], selected: list[dict[str, Any]], *, with_metadata: bool
+    ) -> dict[str, Any]:
+        limit = max(1, min(int(args.get("limit") or 100), 999))
         cursor = str(args.get("cursor") or "")
         start = int(base64.b64decode(cursor).decode().removeprefix("next:")) if cursor else 0
         page = selected[start : start + limit]
@@ -365,6 +468,8 @@ class SlackServer:
                 else:
                     args.update(parse_qsl(raw.decode("utf-8", "replace")))
                 method = url.path.rsplit("/", 1)[-1]
+                if url.path.startswith("/upload/"):  # files.getUploadURLExternal's URL
+                    method, args = "upload", {"file_id": method, "data": raw, "size": len(raw)}
                 response = server._next_response(method, args)
                 answered_ok = response.status == 200 and bool(response.body.get("ok"))
                 with server._lock:
@@ -437,6 +542,10 @@ class SlackServer:
             do_GET = do_POST
 
         return Handler
+
+
+# Methods whose success shows a message in the channel (kept with `_keep`).
+_POSTING_METHODS = ("chat.postMessage", "files.completeUploadExternal")
 
 
 def _truthy(value: Any) -> bool:
