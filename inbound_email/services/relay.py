@@ -177,7 +177,7 @@ def reply_relay(*, reply_id: int) -> str:
     claim = reply_relay_claim(reply_id=reply_id)
     if claim is None:
         return "skipped"
-    result = _relay_to_slack(claim)
+    result = reply_relay_slack(claim)
     return reply_relay_record(claim=claim, result=result)
 
 
@@ -289,8 +289,9 @@ def reply_relay_claim(*, reply_id: int, now: datetime | None = None) -> RelayCla
         )
 
 
-def _relay_to_slack(claim: RelayClaim) -> RelayResult:
-    """The Slack step of one attempt; no database. Every failure becomes a RelayResult."""
+def reply_relay_slack(claim: RelayClaim) -> RelayResult:
+    """The Slack step of one claimed attempt; no database. Every failure becomes a
+    RelayResult; no call is sent once the claim's deadline has passed."""
     if claim.message_ts:
         return _share_files(claim)
     if claim.unsure_since is not None:

@@ -133,6 +133,8 @@ def test_attachments_are_shared_once_in_the_thread_of_the_instruction(
     [
         pytest.param(SlackServer.error_after_post(500), id="500-after-sharing"),
         pytest.param(SlackServer.reset_after_post(), id="connection-reset-after-sharing"),
+        # Slack shows the files only after the claim timeout (0.3 s), within the next one.
+        pytest.param(SlackServer.late(0.45), id="shown-after-the-claim-timeout"),
     ],
 )
 def test_an_unknown_outcome_of_the_sharing_is_looked_up_never_shared_twice(

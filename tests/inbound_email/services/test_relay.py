@@ -23,6 +23,7 @@ from inbound_email.services.relay import (
     reply_relay,
     reply_relay_claim,
     reply_relay_record,
+    reply_relay_slack,
 )
 from inbound_email.slack import post_message
 from jobs import run_pending
@@ -624,6 +625,28 @@ def test_a_slack_answer_after_the_claim_timeout_never_leads_to_a_second_post(
     assert not Message.objects.exists()
     assert responded(notification)
     assert intake_keys(folder_store) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_paused_past_its_claim_sends_nothing(folder_store, notification, slack, settings):
+    """Issue 21.7: a worker stopped between its claim and its post (a long GC pause, a frozen
+    VM) must not send the post after another worker may have taken the claim over and read
+    the history: once the claim timeout has passed, no Slack call of the attempt is sent."""
+    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 0.3
+    reply = accepted_instruction(folder_store, notification)
+    claim = reply_relay_claim(reply_id=reply.pk)
+    assert claim is not None
+    time.sleep(0.35)  # the pause
+
+    result = reply_relay_slack(claim)
+
+    assert result.outcome == "refused" and "not sent" in result.error
+    assert slack.calls == []
+    assert reply_relay_record(claim=claim, result=result) == "retry"
+    relay_until_settled()
+    assert len(slack.channel_messages(CHANNEL)) == 1
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.POSTED
 
 
 # --- no silent loss of instruction text (issue 10, point 6) --------------------------------
