@@ -404,6 +404,8 @@ def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
         elif claim.message_ts and result.outcome == "refused" and claim.files_attempt >= budget:
             _record_files(reply, claim, RelayResult("files_spent", error=result.error), now)
             outcome = "posted"
+        elif claim.message_ts:  # the attachments' step, budget left: try again later
+            return _record_retry(reply, claim, result, now)
         elif result.outcome in ("posted", "found") and claim.files:
             # The instruction is in Slack; its attachments go to its thread next, at once.
             reply.slack_ts = result.ts
@@ -427,28 +429,30 @@ def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
             _inbox(reply, fallback_error=result.error or reply.relay_last_error or "not posted")
             outcome = "inboxed"
         else:  # refused with budget left, unknown, lookup_failed, waiting: try again later
-            not_before = None
-            if result.outcome == "unknown":
-                reply.relay_unsure_since = reply.relay_unsure_since or claim.claimed_at
-                reply.relay_unsure_until = max(
-                    filter(None, [reply.relay_unsure_until, _settles_at(claim.claimed_at)])
-                )
-                not_before = reply.relay_unsure_until  # the look-up then decides
-            elif result.outcome == "waiting":
-                not_before = reply.relay_unsure_until
-            error = result.error
-            if result.outcome == "lookup_failed":
-                error = f"unsure whether an earlier post arrived; {error}"
-            _schedule_relay_retry(
-                reply,
-                error=error,
-                retry_after=result.retry_after,
-                now=now,
-                not_before=not_before,
-            )
-            return "retry"
+            return _record_retry(reply, claim, result, now)
         _complete_and_release_mail(reply, now)
     return outcome
+
+
+def _record_retry(reply: Reply, claim: RelayClaim, result: RelayResult, now: datetime) -> str:
+    """Refused with budget left, unknown, look-up failed or waiting: the next attempt is
+    scheduled; after an unknown outcome not before the post (or share) had its time."""
+    not_before = None
+    if result.outcome == "unknown":
+        reply.relay_unsure_since = reply.relay_unsure_since or claim.claimed_at
+        reply.relay_unsure_until = max(
+            filter(None, [reply.relay_unsure_until, _settles_at(claim.claimed_at)])
+        )
+        not_before = reply.relay_unsure_until  # the look-up then decides
+    elif result.outcome == "waiting":
+        not_before = reply.relay_unsure_until
+    error = result.error
+    if result.outcome == "lookup_failed":
+        error = f"unsure whether an earlier post arrived; {error}"
+    _schedule_relay_retry(
+        reply, error=error, retry_after=result.retry_after, now=now, not_before=not_before
+    )
+    return "retry"
 
 
 def _record_files(reply: Reply, claim: RelayClaim, result: RelayResult, now: datetime) -> None:

@@ -13,6 +13,7 @@ from django.urls import reverse
 from canonical_ids.models import Message
 from inbound_email.models import InboundEmail, Reply, ReplyAttachment
 from inbound_email.poller import poll_once
+from inbound_email.services.relay import reply_relay
 from jobs import run_pending
 from tests.inbound_email.services.test_relay import CHANNEL, relay_until_settled, responded
 from tests.inbound_email.test_attachments import HOSTILE_NAME
@@ -213,3 +214,57 @@ def test_attachments_past_the_count_limit_are_kept_in_raw(folder_store, notifica
     assert states == [State.STORED, State.TOO_MANY, State.TOO_MANY]
     mail = InboundEmail.objects.get()
     assert mail.status == InboundEmail.Status.PROCESSED and mail.raw is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_attachments_slack_never_takes_are_left_for_an_operator_with_the_raw_kept(
+    folder_store, notification, slack, settings
+):
+    """Slack refuses the sharing every time: once their own budget is spent, the reply is
+    posted (its instruction is in Slack) but flagged for an operator, the files stay
+    downloadable, and the mail's raw source is kept: its content was not fully handled."""
+    settings.INBOUND_RELAY_MAX_ATTEMPTS = 2
+    slack.defaults["files.completeUploadExternal"] = SlackServer.error("not_allowed")
+    reply_with_attachments(folder_store, notification, inline_image=False, forwarded=False)
+    poll_once()
+
+    relay_until_settled()
+
+    reply = Reply.objects.get()
+    assert reply.relay_status == Reply.RelayStatus.POSTED and reply.needs_operator
+    assert "attachment(s) were never shared" in reply.relay_last_error
+    assert len(slack.attempts("files.completeUploadExternal")) == 2
+    assert slack.shared_files(CHANNEL) == []
+    assert len(slack.channel_messages(CHANNEL)) == 1  # the instruction, once
+    assert reply.attachments.get().relayed_at is None
+    mail = InboundEmail.objects.get()
+    assert mail.status == InboundEmail.Status.PROCESSED and mail.raw is not None
+    assert not Message.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_slack_turned_off_after_the_post_lists_only_the_attachments_in_the_inbox(
+    folder_store, notification, slack, settings
+):
+    """The instruction is in Slack; its attachments were not shared yet when Slack was
+    turned off: they go to the inbox, never the instruction a second time."""
+    slack.defaults["files.completeUploadExternal"] = SlackServer.error("not_allowed")
+    settings.INBOUND_RELAY_BACKOFF_BASE_SECONDS = 60
+    reply_with_attachments(folder_store, notification, inline_image=False, forwarded=False)
+    poll_once()
+    run_pending()  # the instruction is posted
+    run_pending()  # the sharing is refused; the next try is a minute away
+    reply = Reply.objects.get()
+    assert reply.slack_ts and reply.relay_status == Reply.RelayStatus.PENDING
+
+    settings.SLACK_BOT_TOKEN = ""
+    Reply.objects.update(relay_next_attempt_at=None)
+    assert reply_relay(reply_id=reply.pk) == "inboxed"
+
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.POSTED and reply.needs_operator
+    text = Message.objects.get().text
+    assert text.startswith(f"Attachments of reply #{reply.pk} (its instruction is in Slack")
+    assert "evilreport.pdf" in text and BODY not in text
+    assert reply.attachments.get().relayed_at is not None
+    assert InboundEmail.objects.get().raw is None
