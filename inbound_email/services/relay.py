@@ -173,7 +173,7 @@ def reply_relay(*, reply_id: int) -> str:
     and the mail processed (and deleted from the intake).
     """
     if not slack_enabled():
-        return _relay_to_inbox(reply_id=reply_id, now=timezone.now())
+        return _relay_to_inbox(reply_id=reply_id, now=_db_now())
     claim = reply_relay_claim(reply_id=reply_id)
     if claim is None:
         return "skipped"
