@@ -354,6 +354,8 @@ def _share_files(claim: RelayClaim) -> RelayResult:
                 error=f"attachments whose sharing is unconfirmed may still show up in Slack "
                 f"until {claim.unsure_until.isoformat()}: looked up again then",
             )
+    if not claim.files:
+        return RelayResult("files_posted")  # nothing left to share (all relayed meanwhile)
     if claim.files_attempt > get_config().relay_max_attempts:
         return RelayResult("files_spent")
     try:

@@ -23,7 +23,19 @@ accepted, and `conversations.history` answers from what was kept: newest first, 
 `include_all_metadata`. Ambiguous failures keep the message and then misbehave:
 `slow(seconds)` answers after the client gave up, `error_after_post()` answers 500, and
 `reset_after_post()` resets the connection instead of answering, `truncated_after_post()`
-cuts the answer's body short. After
+cuts the answer's body short.
+`late(seconds)` is a Slack that takes that long to handle a call: a post shows in the
+channel only then, with the answer, even if the client gave up (`trickle=True`: the
+answer's head arrives a line at a time meanwhile, so a per-read timeout never fires).
+
+Files as slack-sdk's `files_upload_v2` sends them: files.getUploadURLExternal answers a file
+id and an upload URL on this server, the upload keeps the bytes (`slack.uploaded(file_id)`,
+method "upload" in `slack.calls`), and files.completeUploadExternal (only for files uploaded
+in full) keeps one message with the files in the channel or its thread
+(`slack.shared_files(channel)`); scripted failures apply to it as to a post.
+conversations.replies answers a thread; conversations.history leaves thread replies out.
+
+After
 `slack.misbehave(rate_limited=0.2, server_error=0.2, slow=0.2)` unscripted calls get a random
 mix of 429s, HTTP 500s and slow answers (the chaos soak; `slack.behave()` ends it).
 """
