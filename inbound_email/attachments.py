@@ -10,8 +10,9 @@ on the reply and relayed with the instruction. Which parts count:
   its own parts stay inside it.
 
 The body text (the first text/plain or text/html that is not an attachment) and the other
-alternatives of it are not attachments. File names come from the sender and are sanitised
-(`safe_filename`): never a path, never a control character.
+renderings of it are not attachments; any further text is (`mail_attachments`). File names
+come from the sender and are sanitised (`safe_filename`): never a path, never a control
+character.
 """
 
 from __future__ import annotations
@@ -131,28 +132,50 @@ def _attached_subject(part: Message) -> str:
     return decode_header_value(inner.get("Subject", ""))[:100]
 
 
-def _leaves(message: Message) -> list[Message]:
-    """Leaf parts in order; an attached mail (message/rfc822) is one leaf, never opened."""
+def _leaves(message: Message, alternative: int | None = None) -> list[tuple[Message, int | None]]:
+    """Leaf parts in order, each with the id of its outermost multipart/alternative ancestor
+    (None: none); an attached mail (message/rfc822) is one leaf, never opened."""
     if _content_type(message) == "message/rfc822" or not message.is_multipart():
-        return [message]
-    leaves: list[Message] = []
+        return [(message, alternative)]
+    if alternative is None and _content_type(message) == "multipart/alternative":
+        alternative = id(message)
+    leaves: list[tuple[Message, int | None]] = []
     payload = message.get_payload()
     for part in payload if isinstance(payload, list) else []:
         if isinstance(part, Message):
-            leaves.extend(_leaves(part))
+            leaves.extend(_leaves(part, alternative))
     return leaves
 
 
+def _is_body_text(part: Message) -> bool:
+    """A text part that is not an attachment: what `parsing.body_text` may read as the body."""
+    return _content_type(part).startswith("text/") and not _disposition(part).startswith(
+        "attachment"
+    )
+
+
 def mail_attachments(message: Message) -> list[MailAttachment]:
-    """Every attachment of a parsed mail, in order (see the module docstring for which)."""
+    """Every attachment of a parsed mail, in order (see the module docstring for which).
+
+    The body is the first text/plain body part, else the first text/html one (as
+    `parsing.body_text` reads it); the other renderings of it (the parts under the same
+    multipart/alternative) are not attachments. Any further body text (a second text part
+    after an inline image, a footer a list added, a text/calendar) is kept as an attachment,
+    so that no text of the mail is lost when its raw source is cleared.
+    """
+    leaves = _leaves(message)
+    texts = [(part, alt) for part, alt in leaves if _is_body_text(part)]
+    body = next((t for t in texts if _content_type(t[0]) == "text/plain"), None) or next(
+        (t for t in texts if _content_type(t[0]) == "text/html"), None
+    )
     found: list[MailAttachment] = []
-    for part in _leaves(message):
+    for part, alternative in leaves:
         content_type = _content_type(part)
         disposition = _disposition(part)
         name = _filename(part)
-        if content_type.startswith("text/") and not disposition.startswith("attachment"):
-            if not name:
-                continue  # the body and its alternatives (plain, HTML, Apple Mail's pieces)
+        if body is not None and _is_body_text(part):
+            if part is body[0] or (alternative is not None and alternative == body[1]):
+                continue  # the body, or another rendering of it
         if not name and content_type == "message/rfc822":
             name = _attached_subject(part)
             name = f"{name}.eml" if name else ""

@@ -69,3 +69,29 @@ def test_file_names_lose_path_separators_and_control_characters(name, expected):
 def test_a_long_file_name_is_cut_keeping_its_extension():
     name = safe_filename("x" * 500 + ".docx", index=1, content_type="application/octet-stream")
     assert len(name) == FILENAME_MAX_CHARS and name.endswith("x.docx")
+
+
+def test_body_text_past_the_first_part_is_kept_as_an_attachment():
+    """Apple Mail sends "text, image, text" when an image sits inside the reply; a mailing
+    list appends a footer part. Only the first text part is the body: the rest used to be
+    lost with the raw source. The HTML rendering of the body is not an attachment."""
+    from email.message import EmailMessage
+
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = "pi@university.example", "r@x.example", "Re: x"
+    msg.set_content("Please see the figure:")
+    msg.add_alternative("<p>Please see the figure:</p>", subtype="html")
+    msg.make_mixed()
+    msg.add_attachment(PNG, maintype="image", subtype="png", disposition="inline")
+    rest = EmailMessage()
+    rest.set_content("and shorten section 3.")
+    msg.attach(rest)
+
+    mail = parse_mail(msg.as_bytes())
+
+    assert mail.text.startswith("Please see the figure:")
+    found = [(a.filename, a.content_type, a.data) for a in mail.attachments]
+    assert found == [
+        ("attachment-1.png", "image/png", PNG),
+        ("attachment-2.txt", "text/plain", b"and shorten section 3.\n"),
+    ]
