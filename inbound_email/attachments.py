@@ -154,17 +154,14 @@ def _is_body_text(part: Message) -> bool:
     )
 
 
-def mail_attachments(
-    message: Message, *, body_max_bytes: int | None = None
-) -> list[MailAttachment]:
+def mail_attachments(message: Message) -> list[MailAttachment]:
     """Every attachment of a parsed mail, in order (see the module docstring for which).
 
     The body is the first text/plain body part, else the first text/html one (as
     `parsing.body_text` reads it); the other renderings of it (the parts under the same
     multipart/alternative) are not attachments. Any further body text (a second text part
     after an inline image, a footer a list added, a text/calendar) is kept as an attachment,
-    so that no text of the mail is lost when its raw source is cleared. So is the body itself
-    when it is longer than `body_max_bytes` (the reader keeps only its beginning).
+    so that no text of the mail is lost when its raw source is cleared.
     """
     leaves = _leaves(message)
     texts = [(part, alt) for part, alt in leaves if _is_body_text(part)]
@@ -177,11 +174,7 @@ def mail_attachments(
         disposition = _disposition(part)
         name = _filename(part)
         if body is not None and _is_body_text(part):
-            whole_body_kept = part is body[0] and body_max_bytes is not None
-            if whole_body_kept and len(_data(part, content_type)) > body_max_bytes:
-                name = name or ("message-body.html" if content_type == "text/html" else "")
-                name = name or "message-body.txt"  # longer than the reader keeps: whole here
-            elif part is body[0] or (alternative is not None and alternative == body[1]):
+            if part is body[0] or (alternative is not None and alternative == body[1]):
                 continue  # the body, or another rendering of it
         if not name and content_type == "message/rfc822":
             name = _attached_subject(part)
