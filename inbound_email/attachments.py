@@ -41,6 +41,8 @@ class MailAttachment:
     content_type: str
     data: bytes
     inline: bool  # shown inside the mail (Content-Disposition inline / a Content-ID)
+    # The body itself, longer than the reader keeps: recorded, left in the raw source only.
+    kept_in_raw: bool = False
 
     @property
     def size(self) -> int:
@@ -154,14 +156,18 @@ def _is_body_text(part: Message) -> bool:
     )
 
 
-def mail_attachments(message: Message) -> list[MailAttachment]:
+def mail_attachments(
+    message: Message, *, body_max_bytes: int | None = None
+) -> list[MailAttachment]:
     """Every attachment of a parsed mail, in order (see the module docstring for which).
 
     The body is the first text/plain body part, else the first text/html one (as
     `parsing.body_text` reads it); the other renderings of it (the parts under the same
     multipart/alternative) are not attachments. Any further body text (a second text part
     after an inline image, a footer a list added, a text/calendar) is kept as an attachment,
-    so that no text of the mail is lost when its raw source is cleared.
+    so that no text of the mail is lost when its raw source is cleared. A body longer than
+    `body_max_bytes` (the reader keeps only its beginning) is recorded too, `kept_in_raw`:
+    its mail's raw source is then kept.
     """
     leaves = _leaves(message)
     texts = [(part, alt) for part, alt in leaves if _is_body_text(part)]
@@ -173,9 +179,16 @@ def mail_attachments(message: Message) -> list[MailAttachment]:
         content_type = _content_type(part)
         disposition = _disposition(part)
         name = _filename(part)
+        kept_in_raw = False
         if body is not None and _is_body_text(part):
-            if part is body[0] or (alternative is not None and alternative == body[1]):
+            if part is body[0] and body_max_bytes is not None:
+                kept_in_raw = len(_data(part, content_type)) > body_max_bytes
+            if not kept_in_raw and (
+                part is body[0] or (alternative is not None and alternative == body[1])
+            ):
                 continue  # the body, or another rendering of it
+            if kept_in_raw:
+                name = "message-body.html" if content_type == "text/html" else "message-body.txt"
         if not name and content_type == "message/rfc822":
             name = _attached_subject(part)
             name = f"{name}.eml" if name else ""
@@ -187,6 +200,7 @@ def mail_attachments(message: Message) -> list[MailAttachment]:
                 content_type=content_type[:200],
                 data=_data(part, content_type),
                 inline=disposition.startswith("inline") or bool(part.get("Content-ID")),
+                kept_in_raw=kept_in_raw,
             )
         )
     return found

@@ -239,6 +239,9 @@ class ReplyAttachment(models.Model):
         STORED = "stored", "Stored"
         TOO_LARGE = "too_large", "Kept in raw, too large"
         TOO_MANY = "too_many", "Kept in raw, past the count limit"
+        # The body, longer than the reader keeps (parsing.MAX_BODY_CHARS): only its start
+        # was read; the whole is in the raw source, which is kept.
+        BODY_CUT = "body_cut", "Kept in raw, the body is longer than was read"
 
     reply = models.ForeignKey(Reply, on_delete=models.CASCADE, related_name="attachments")
     index = models.PositiveSmallIntegerField(help_text="1-based, in the order of the mail.")

@@ -247,7 +247,7 @@ def parse_mail(raw: bytes, *, limits: ParseLimits | None = None) -> ParsedMail:
     parsed = _from_headers(message)
     parsed.text = body_text(message, limits=limits)
     parsed.reply_text = extract_reply(parsed.text)
-    parsed.attachments = mail_attachments(message)
+    parsed.attachments = mail_attachments(message, body_max_bytes=MAX_BODY_CHARS)
     return parsed
 
 

@@ -39,7 +39,9 @@ def reply_attachments_keep(
     rows = []
     for attachment in attachments:
         state = State.STORED
-        if attachment.size > config.max_attachment_bytes:
+        if attachment.kept_in_raw:
+            state = State.BODY_CUT
+        elif attachment.size > config.max_attachment_bytes:
             state = State.TOO_LARGE
         elif sum(1 for row in rows if row.state == State.STORED) >= config.max_attachments:
             state = State.TOO_MANY
@@ -58,9 +60,10 @@ def reply_attachments_keep(
                 attachment.index,
                 reply.pk,
                 attachment.size,
-                "is over INBOUND_EMAIL_MAX_ATTACHMENT_BYTES"
-                if state == State.TOO_LARGE
-                else "is past INBOUND_EMAIL_MAX_ATTACHMENTS",
+                {
+                    State.TOO_LARGE: "is over INBOUND_EMAIL_MAX_ATTACHMENT_BYTES",
+                    State.TOO_MANY: "is past INBOUND_EMAIL_MAX_ATTACHMENTS",
+                }.get(state, "is the body, longer than was read"),
                 extra={"action": "attachment_kept_in_raw", "reply_id": reply.pk},
             )
         rows.append(

@@ -410,7 +410,7 @@ def _record_reply(
         cut_lines=mail.reply_split.cut_lines,
         # Attachments are relayed with the instruction, also with a rating only (issue 21).
         relay_status=Reply.RelayStatus.PENDING
-        if content.instruction or mail.attachments
+        if content.instruction or any(not a.kept_in_raw for a in mail.attachments)
         else Reply.RelayStatus.NONE,
         slack_channel=(proposal.slack_channel if proposal else "")[:64],
     )

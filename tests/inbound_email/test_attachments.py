@@ -95,3 +95,21 @@ def test_body_text_past_the_first_part_is_kept_as_an_attachment():
         ("attachment-1.png", "image/png", PNG),
         ("attachment-2.txt", "text/plain", b"and shorten section 3.\n"),
     ]
+
+
+def test_a_body_longer_than_the_reader_keeps_is_recorded_as_kept_in_raw():
+    """The reader keeps the first 200,000 characters of the body (MAX_BODY_CHARS); the rest
+    would be lost once the raw source is cleared: the body is recorded as kept in raw."""
+    from inbound_email.parsing import MAX_BODY_CHARS
+
+    body = "Please revise.\n" + "x" * MAX_BODY_CHARS + "\nTHE END"
+    mail = parse_mail(build_mail(token="abc", body=body))
+
+    assert len(mail.text) == MAX_BODY_CHARS and "THE END" not in mail.text
+    (whole,) = mail.attachments
+    assert (whole.filename, whole.content_type, whole.kept_in_raw) == (
+        "message-body.txt",
+        "text/plain",
+        True,
+    )
+    assert b"THE END" in whole.data

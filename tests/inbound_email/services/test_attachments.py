@@ -268,3 +268,27 @@ def test_slack_turned_off_after_the_post_lists_only_the_attachments_in_the_inbox
     assert "evilreport.pdf" in text and BODY not in text
     assert reply.attachments.get().relayed_at is not None
     assert InboundEmail.objects.get().raw is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_body_longer_than_was_read_keeps_the_raw_of_a_processed_mail(folder_store, notification):
+    """No mail whose content was not fully handled has its raw cleared: a rating whose body
+    runs past what the reader keeps is processed at once, the body recorded as kept in raw."""
+    from inbound_email.parsing import MAX_BODY_CHARS
+
+    signature = "\n".join(["Prof. Ada Lovelace, Analytical Engines"] * (MAX_BODY_CHARS // 30))
+    raw = build_mail(token=notification.token, body=f"4\n\n-- \n{signature}\nEND")
+    folder_store.put("m", raw)
+    poll_once()
+
+    reply = Reply.objects.get()
+    assert (reply.rating, reply.relay_status) == (4, Reply.RelayStatus.NONE)
+    record = reply.attachments.get()
+    assert (record.filename, record.state, record.store_key) == (
+        "message-body.txt",
+        State.BODY_CUT,
+        "",
+    )
+    mail = InboundEmail.objects.get()
+    assert mail.status == InboundEmail.Status.PROCESSED and bytes(mail.raw) == raw
+    assert intake_keys(folder_store) == []
