@@ -8,11 +8,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.http import content_disposition_header
 
 from inbound_email.exceptions import InboundEmailError
-from inbound_email.models import InboundEmail, Reply
+from inbound_email.models import InboundEmail, Reply, ReplyAttachment
 from inbound_email.selectors import inbound_relays_stuck, replies_needing_operator
 from inbound_email.services.actions import (
+    attachment_content,
     inbound_email_discard,
     inbound_email_raw,
     inbound_email_reprocess,
@@ -182,3 +184,47 @@ class ReplyAdmin(ReadOnlyAdmin):
                 "already acknowledged.",
                 messages.WARNING,
             )
+
+
+@admin.register(ReplyAttachment)
+class ReplyAttachmentAdmin(ReadOnlyAdmin):
+    """Attachments of accepted replies (issue 21); the database inbox links each stored one
+    to its download here. The file is always saved, never shown: a sender's HTML or SVG must
+    not run in the admin's origin."""
+
+    list_display = ("id", "reply", "index", "filename", "content_type", "size", "state")
+    list_filter = ("state",)
+    search_fields = ("filename", "sha256")
+    readonly_fields = [*(f.name for f in ReplyAttachment._meta.fields), "download_link"]
+
+    @admin.display(description="Download")
+    def download_link(self, obj: ReplyAttachment) -> str:
+        if obj.state != ReplyAttachment.State.STORED:
+            url = reverse("admin:inbound_email_inboundemail_raw", args=[obj.reply.inbound_email_id])
+            return format_html('Kept in the raw mail: <a href="{}">download .eml</a>', url)
+        url = reverse("admin:inbound_email_replyattachment_download", args=[obj.pk])
+        return format_html('<a href="{}">Download {}</a>', url, obj.filename)
+
+    def get_urls(self):
+        download = path(
+            "<int:pk>/download/",
+            self.admin_site.admin_view(self.download_view),
+            name="inbound_email_replyattachment_download",
+        )
+        return [download, *super().get_urls()]
+
+    def download_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        if not self.has_view_permission(request):
+            return HttpResponse(status=403)
+        obj = get_object_or_404(ReplyAttachment, pk=pk)
+        try:
+            data = attachment_content(attachment=obj)
+        except InboundEmailError as exc:
+            return HttpResponse(
+                f"attachment unavailable: {exc}", status=404, content_type="text/plain"
+            )
+        # octet-stream + attachment + nosniff: the browser saves it, never renders it.
+        response = HttpResponse(data, content_type="application/octet-stream")
+        response["Content-Disposition"] = content_disposition_header(True, obj.filename)
+        response["X-Content-Type-Options"] = "nosniff"
+        return response

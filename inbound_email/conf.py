@@ -41,6 +41,9 @@ class Config:
     max_header_bytes: int  # one header field, raw
     max_header_total_bytes: int  # all header fields together, raw
     max_text_bytes: int  # the text part used, transfer-decoded
+    attachments_prefix: str  # S3 key prefix / sub-folder of stored attachments (issue 21)
+    max_attachment_bytes: int  # one attachment, decoded; larger: kept in the raw mail only
+    max_attachments: int  # stored per mail; the rest: kept in the raw mail only
 
     @property
     def slack_enabled(self) -> bool:
@@ -87,6 +90,18 @@ def _quarantine_prefix() -> str:
     return value
 
 
+def _attachments_prefix(quarantine_prefix: str) -> str:
+    """A prefix of its own: empty, it would put attachments among the intake's mail; inside
+    the quarantine prefix (or around it), the two would mix."""
+    value = _str("INBOUND_EMAIL_ATTACHMENTS_PREFIX", "attachments/", required=True)
+    if value.startswith(quarantine_prefix) or quarantine_prefix.startswith(value):
+        raise ImproperlyConfigured(
+            f"INBOUND_EMAIL_ATTACHMENTS_PREFIX={value!r} must not overlap "
+            f"INBOUND_EMAIL_QUARANTINE_PREFIX={quarantine_prefix!r}"
+        )
+    return value
+
+
 def _check_ses_verdicts(store_url: str) -> bool:
     """INBOUND_EMAIL_CHECK_SES_VERDICTS, or when unset (None): on for an S3 store, which SES
     fills and writes its verdicts into; off for a folder store, fed by hand or by tests, where
@@ -104,9 +119,10 @@ def _check_ses_verdicts(store_url: str) -> bool:
 def get_config() -> Config:
     """The validated settings; raises ImproperlyConfigured naming the first bad one."""
     store_url = _str("INBOUND_EMAIL_STORE", "var/inbound_mail", required=True)
+    quarantine_prefix = _quarantine_prefix()
     return Config(
         store_url=store_url,
-        quarantine_prefix=_quarantine_prefix(),
+        quarantine_prefix=quarantine_prefix,
         s3_timeout=_float("INBOUND_EMAIL_S3_TIMEOUT", 20, minimum=0, inclusive=False),
         max_per_run=_int("INBOUND_EMAIL_MAX_PER_RUN", 2000, minimum=1),
         max_bytes=_int("INBOUND_EMAIL_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
@@ -129,4 +145,7 @@ def get_config() -> Config:
         max_header_bytes=_int("INBOUND_EMAIL_MAX_HEADER_BYTES", 16 * 1024, minimum=1),
         max_header_total_bytes=_int("INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES", 256 * 1024, minimum=1),
         max_text_bytes=_int("INBOUND_EMAIL_MAX_TEXT_BYTES", 1024 * 1024, minimum=1),
+        attachments_prefix=_attachments_prefix(quarantine_prefix),
+        max_attachment_bytes=_int("INBOUND_EMAIL_MAX_ATTACHMENT_BYTES", 8 * 1024 * 1024, minimum=1),
+        max_attachments=_int("INBOUND_EMAIL_MAX_ATTACHMENTS", 20, minimum=1),
     )

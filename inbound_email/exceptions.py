@@ -63,3 +63,8 @@ class MailLimitExceeded(InboundEmailError):
         self.limit = limit
         self.reason = reason
         self.detail = detail
+
+
+class CallDeadlinePassed(InboundEmailError):
+    """Too little of a relay attempt's claim is left to start a Slack call: it is not sent
+    (a request sent after the claim expired could land after another worker's look-up)."""

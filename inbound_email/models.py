@@ -180,6 +180,18 @@ class Reply(models.Model):
         help_text="A post since then may have reached Slack unconfirmed (timeout, 5xx, reset, "
         "crash): the channel is searched for it before any new post or the inbox fallback.",
     )
+    relay_files_attempts = models.PositiveIntegerField(
+        default=0,
+        help_text="Attempts to share the attachments in the instruction's Slack thread (after "
+        "the message was posted); their own budget of INBOUND_RELAY_MAX_ATTEMPTS.",
+    )
+    relay_unsure_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="An unconfirmed post may still show up in the channel until then (two claim "
+        "timeouts after the claim that sent it): a look-up before then that does not find it "
+        "is waited out, never followed by a new post or the inbox.",
+    )
     slack_channel = models.CharField(max_length=64, blank=True)
     slack_ts = models.CharField(max_length=32, blank=True)
     message_ts = models.CharField(
@@ -215,3 +227,42 @@ class Reply(models.Model):
 
     def __str__(self) -> str:
         return f"reply #{self.pk} to notification {self.notification_id}"
+
+
+class ReplyAttachment(models.Model):
+    """An attachment of an accepted reply (issue 21): stored under the store's attachments
+    prefix and relayed with the instruction (shared in its Slack thread, or listed in the
+    database inbox with an admin download). One too large, or past the count limit, is only
+    recorded: its bytes stay in the mail's raw source, which is then kept."""
+
+    class State(models.TextChoices):
+        STORED = "stored", "Stored"
+        TOO_LARGE = "too_large", "Kept in raw, too large"
+        TOO_MANY = "too_many", "Kept in raw, past the count limit"
+        # The body, longer than the reader keeps (parsing.MAX_BODY_CHARS): only its start
+        # was read; the whole is in the raw source, which is kept.
+        BODY_CUT = "body_cut", "Kept in raw, the body is longer than was read"
+
+    reply = models.ForeignKey(Reply, on_delete=models.CASCADE, related_name="attachments")
+    index = models.PositiveSmallIntegerField(help_text="1-based, in the order of the mail.")
+    filename = models.CharField(max_length=255, help_text="Sanitised: no path, no control.")
+    content_type = models.CharField(max_length=200)
+    size = models.BigIntegerField(help_text="Bytes, decoded.")
+    sha256 = models.CharField(max_length=64)
+    inline = models.BooleanField(default=False)
+    state = models.CharField(max_length=10, choices=State.choices)
+    store_key = models.CharField(max_length=1100, blank=True)
+    slack_file_id = models.CharField(max_length=64, blank=True)
+    relayed_at = models.DateTimeField(
+        null=True, blank=True, help_text="Shared in Slack, or listed in the database inbox."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ("reply", "index")
+        constraints = [
+            models.UniqueConstraint(fields=["reply", "index"], name="reply_attachment_index"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.filename} (reply #{self.reply_id})"

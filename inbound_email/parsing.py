@@ -18,6 +18,7 @@ from functools import cached_property
 
 from email_reply_parser import EmailReplyParser
 
+from inbound_email.attachments import MailAttachment, mail_attachments
 from inbound_email.decoding import (
     HEADER_CONTROL_RE,
     clean_text,
@@ -202,6 +203,7 @@ class ParsedMail:
     headers: list[tuple[str, str]] = field(default_factory=list)
     text: str = ""
     reply_text: str = ""
+    attachments: list[MailAttachment] = field(default_factory=list)  # parse_mail only
 
     @cached_property
     def reply_split(self) -> ReplySplit:
@@ -245,6 +247,7 @@ def parse_mail(raw: bytes, *, limits: ParseLimits | None = None) -> ParsedMail:
     parsed = _from_headers(message)
     parsed.text = body_text(message, limits=limits)
     parsed.reply_text = extract_reply(parsed.text)
+    parsed.attachments = mail_attachments(message, body_max_bytes=MAX_BODY_CHARS)
     return parsed
 
 

@@ -235,6 +235,14 @@ INBOUND_EMAIL_STORE = env_str("INBOUND_EMAIL_STORE", str(VAR_DIR / "inbound_mail
 # Handled-but-poisoned objects are moved here (S3: a key prefix in the same bucket; a folder
 # store: a sub-folder). Never listed as intake.
 INBOUND_EMAIL_QUARANTINE_PREFIX = env_str("INBOUND_EMAIL_QUARANTINE_PREFIX", "quarantine/")
+# Attachments of accepted replies are stored here (S3: a key prefix in the same bucket; a
+# folder store: a sub-folder). Never listed as intake. Larger ones (bytes, decoded), and those
+# past the count, are kept only in the mail's raw source, which is then kept too.
+INBOUND_EMAIL_ATTACHMENTS_PREFIX = env_str("INBOUND_EMAIL_ATTACHMENTS_PREFIX", "attachments/")
+INBOUND_EMAIL_MAX_ATTACHMENT_BYTES = env_int(
+    "INBOUND_EMAIL_MAX_ATTACHMENT_BYTES", 8 * 1024 * 1024, minimum=1024
+)
+INBOUND_EMAIL_MAX_ATTACHMENTS = env_int("INBOUND_EMAIL_MAX_ATTACHMENTS", 20, minimum=1)
 INBOUND_EMAIL_MAX_PER_RUN = env_int("INBOUND_EMAIL_MAX_PER_RUN", 2000, minimum=1)  # objects
 # Seconds an S3 call may wait to connect, and for each read, per try (S3_MAX_ATTEMPTS tries):
 # a hung S3 must fail the call well inside the poll task's timeout, not after botocore's

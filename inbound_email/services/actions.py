@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from inbound_email.exceptions import MailNotInState
-from inbound_email.models import InboundEmail, Reply
+from inbound_email.models import InboundEmail, Reply, ReplyAttachment
 from inbound_email.services.store_sync import store_delete_quietly
 from inbound_email.stores import MailStore, default_store
 
@@ -36,6 +36,16 @@ def inbound_email_raw(*, inbound_email: InboundEmail, store: MailStore | None = 
     if inbound_email.quarantine_key:
         return store.get_quarantined(inbound_email.quarantine_key)
     return store.get(inbound_email.store_key)
+
+
+def attachment_content(*, attachment: ReplyAttachment, store: MailStore | None = None) -> bytes:
+    """A stored attachment's bytes from the store (MailNotInState when it was kept only in
+    the raw mail: download the mail then)."""
+    if attachment.state != ReplyAttachment.State.STORED or not attachment.store_key:
+        raise MailNotInState(
+            f"attachment #{attachment.pk} was not stored ({attachment.get_state_display()})"
+        )
+    return (store or default_store()).get(attachment.store_key)
 
 
 def inbound_email_reprocess(*, inbound_email_id: int, store: MailStore | None = None) -> None:

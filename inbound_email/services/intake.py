@@ -52,6 +52,7 @@ from inbound_email.services.acceptance import (
     screen,
     screen_ses_verdicts,
 )
+from inbound_email.services.attachments import reply_attachments_keep
 from inbound_email.services.ledger import (
     mail_finish,
     mail_record_failure,
@@ -273,7 +274,7 @@ def _handle(row: InboundEmail, store: MailStore, now: datetime) -> None:
         # reply still on its way must not make the genuine one a "duplicate".
         mail_reject(row, verdict.reason, verdict.detail, now)
     else:
-        _accept_or_reject(row, mail, now)
+        _accept_or_reject(row, mail, now, store)
 
 
 def _delivery_report(row: InboundEmail, mail: ParsedMail, raw: bytes, now: datetime) -> bool:
@@ -374,7 +375,7 @@ def _snapshot(notification: EmailNotification, now: datetime) -> NotificationSna
     )
 
 
-def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> None:
+def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime, store: MailStore) -> None:
     original = _dedupe(row, mail)
     if original is not None:
         return mail_reject(row, Reason.DUPLICATE, f"same Message-ID as #{original.pk}", now)
@@ -403,7 +404,7 @@ def _accept_or_reject(row: InboundEmail, mail: ParsedMail, now: datetime) -> Non
         notification_unsubscribe(token=notification.token)
         mail_finish(row, Status.PROCESSED, Reason.NONE, "unsubscribed: notifications paused", now)
         return None
-    _record_reply(row, notification, decision, mail, now)
+    _record_reply(row, notification, decision, mail, now, store)
     return None
 
 
@@ -413,6 +414,7 @@ def _record_reply(
     decision: Accept,
     mail: ParsedMail,
     now: datetime,
+    store: MailStore,
 ) -> None:
     content = decision.content
     assert content is not None
@@ -426,9 +428,13 @@ def _record_reply(
         # Kept, never silently lost; the relayed message says when some may be the PI's text.
         stripped_text=mail.reply_split.stripped[:100_000],
         cut_lines=mail.reply_split.cut_lines,
-        relay_status=Reply.RelayStatus.PENDING if content.instruction else Reply.RelayStatus.NONE,
+        # Attachments are relayed with the instruction, also with a rating only (issue 21).
+        relay_status=Reply.RelayStatus.PENDING
+        if content.instruction or any(not a.kept_in_raw for a in mail.attachments)
+        else Reply.RelayStatus.NONE,
         slack_channel=(proposal.slack_channel if proposal else "")[:64],
     )
+    reply_attachments_keep(reply=reply, attachments=mail.attachments, store=store)
     logger.info(
         "reply accepted: mail #%s notification %s rating=%s instruction=%s chars",
         row.pk,
@@ -437,7 +443,7 @@ def _record_reply(
         len(content.instruction),
         extra={"action": "reply_accepted", "mail_key": row.store_key, "reply_id": reply.pk},
     )
-    if content.instruction:
+    if reply.relay_status == Reply.RelayStatus.PENDING:
         # The mail stays in the intake until the instruction is posted or inboxed (I8).
         row.status = Status.AWAITING_RELAY
         row.save()

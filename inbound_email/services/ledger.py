@@ -13,6 +13,7 @@ from inbound_email.conf import get_config
 from inbound_email.exceptions import MailLimitExceeded, StoreError
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.parsing import raw_preview
+from inbound_email.services.attachments import reply_raw_must_be_kept
 from inbound_email.stores import sha256_hex
 from jobs.backoff import retry_delay
 from notifications.exceptions import NotificationNotOpen
@@ -31,15 +32,24 @@ def backoff_seconds(attempt: int, *, base: float, cap: float) -> float:
     return retry_delay(attempt, base=base, cap=cap, jitter=0.2)
 
 
-def mail_finish(row: InboundEmail, status: str, reason: str, detail: str, now: datetime) -> None:
+def mail_finish(
+    row: InboundEmail,
+    status: str,
+    reason: str,
+    detail: str,
+    now: datetime,
+    *,
+    keep_raw: bool = False,
+) -> None:
     """A terminal outcome; processed and discarded mail drop their raw bytes (the admin keeps
-    them only for mail an operator may still want to read or reprocess)."""
+    them only for mail an operator may still want to read or reprocess), unless `keep_raw`:
+    content of the mail was not fully handled (an attachment kept only in the raw)."""
     row.status = status
     row.reason = reason
     row.detail = detail[:2000]
     row.finished_at = now
     row.next_attempt_at = None
-    if status in (Status.PROCESSED, Status.DISCARDED):
+    if status in (Status.PROCESSED, Status.DISCARDED) and not keep_raw:
         row.raw = None
     row.save()
 
@@ -103,7 +113,17 @@ def reply_complete(reply: Reply, row: InboundEmail, now: datetime) -> None:
         reply.relayed_at = now
         reply.save()
     _count_answer(reply, now)
-    mail_finish(row, Status.PROCESSED, Reason.NONE, "", now)
+    keep_raw = reply_raw_must_be_kept(reply)
+    mail_finish(
+        row,
+        Status.PROCESSED,
+        Reason.NONE,
+        "raw source kept: an attachment was not stored or not relayed (see the reply)"
+        if keep_raw
+        else "",
+        now,
+        keep_raw=keep_raw,
+    )
 
 
 def _is_transient(exc: BaseException) -> bool:

@@ -71,17 +71,19 @@ def store_from_url(url: str | None = None) -> MailStore:
     quarantine_prefix = config.quarantine_prefix
     kind, where, prefix = parse_store_url(url)
     if kind == "s3":
-        return S3Store(where, prefix, quarantine_prefix)
-    return FolderStore(Path(where), quarantine_prefix)
+        return S3Store(
+            where, prefix, quarantine_prefix, attachments_prefix=config.attachments_prefix
+        )
+    return FolderStore(Path(where), quarantine_prefix, config.attachments_prefix)
 
 
-_default_cache: dict[tuple[str, str], MailStore] = {}
+_default_cache: dict[tuple[str, str, str], MailStore] = {}
 
 
 def default_store() -> MailStore:
     """The configured store, built once per process (a boto3 client is costly to create)."""
     config = get_config()
-    cache_key = (config.store_url, config.quarantine_prefix)
+    cache_key = (config.store_url, config.quarantine_prefix, config.attachments_prefix)
     store = _default_cache.get(cache_key)
     if store is None:
         store = _default_cache[cache_key] = store_from_url()

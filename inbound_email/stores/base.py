@@ -76,13 +76,16 @@ def safe_key(key: str) -> str:
     return text
 
 
-def skip_key(key: str, quarantine_prefix: str) -> bool:
+def skip_key(key: str, quarantine_prefix: str, attachments_prefix: str = "") -> bool:
+    """Not intake mail: a folder placeholder, SES's setup object, a dot-file, a quarantined
+    mail or a stored attachment."""
     name = PurePosixPath(key).name
     return (
         key.endswith("/")
         or name == SES_SETUP_KEY
         or name.startswith(".")
         or (bool(quarantine_prefix) and key.startswith(quarantine_prefix))
+        or (bool(attachments_prefix) and key.startswith(attachments_prefix))
     )
 
 

@@ -28,9 +28,14 @@ class FolderStore:
     link itself, never its target, which may be outside the folder or another mail.
     """
 
-    def __init__(self, root: Path, quarantine_prefix: str) -> None:
+    def __init__(
+        self, root: Path, quarantine_prefix: str, attachments_prefix: str = "attachments/"
+    ) -> None:
         self.root = Path(root)
         self.quarantine_prefix = quarantine_prefix.strip("/") + "/" if quarantine_prefix else ""
+        self.attachments_prefix = (
+            attachments_prefix.strip("/") + "/" if attachments_prefix.strip("/") else ""
+        )
         self.description = str(self.root)
 
     def _path(self, key: str) -> Path:
@@ -62,7 +67,7 @@ class FolderStore:
                 for name in sorted(filenames):
                     path = Path(dirpath) / name
                     key = path.relative_to(self.root).as_posix()
-                    if skip_key(key, self.quarantine_prefix):
+                    if skip_key(key, self.quarantine_prefix, self.attachments_prefix):
                         continue
                     if safe_key(key) != key:
                         renamed = self._rename_to_safe_key(path, key)

@@ -57,10 +57,18 @@ def s3_client(timeout: float) -> Any:
 class S3Store:
     """s3://bucket/prefix through boto3 (credentials, region, AWS_ENDPOINT_URL from the env)."""
 
-    def __init__(self, bucket: str, prefix: str, quarantine_prefix: str, client=None) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        quarantine_prefix: str,
+        client=None,
+        attachments_prefix: str = "attachments/",
+    ) -> None:
         self.bucket = bucket
         self.prefix = prefix
         self.quarantine_prefix = quarantine_prefix
+        self.attachments_prefix = attachments_prefix
         self.client = client or s3_client(get_config().s3_timeout)
         self.description = f"s3://{bucket}/{prefix}"
 
@@ -88,7 +96,7 @@ class S3Store:
                 listed = []
                 for o in page.get("Contents", []):
                     key = o["Key"]
-                    if skip_key(key, self.quarantine_prefix):
+                    if skip_key(key, self.quarantine_prefix, self.attachments_prefix):
                         continue
                     if safe_key(key) != key:
                         renamed = self._rename_to_safe_key(key)

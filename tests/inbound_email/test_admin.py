@@ -7,9 +7,9 @@ from django.contrib.auth.models import Permission
 from django.urls import reverse
 from model_bakery import baker
 
-from inbound_email.models import InboundEmail, Reply
+from inbound_email.models import InboundEmail, Reply, ReplyAttachment
 from inbound_email.poller import poll_once
-from tests.support.mail import build_mail
+from tests.support.mail import build_mail, with_attachments
 from tests.support.stores import FlakyStore
 
 pytestmark = pytest.mark.django_db
@@ -215,3 +215,40 @@ def test_reply_shows_the_text_that_was_not_relayed_escaped(
     assert "Also &lt;script&gt;alert(1)&lt;/script&gt; cut section 3." in html
     assert "<script>alert(1)" not in html
     assert 'name="stripped_text"' not in html  # read-only, not a form field
+
+
+def test_an_attachment_is_downloaded_not_rendered_and_needs_the_view_permission(
+    admin_client, client, folder_store, notification, settings
+):
+    """Issue 21.1: the inbox links each attachment to its download here. A sender's HTML or
+    SVG is saved, never shown in the admin's origin; a staff user without the view
+    permission gets nothing; one kept only in the raw mail points to the raw download."""
+    settings.INBOUND_EMAIL_MAX_ATTACHMENT_BYTES = 2048
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg"><script>alert(1)</script></svg>'
+    attach = with_attachments(
+        pdf_name=None, extra=[("x.svg", svg, "image/svg+xml"), ("big.bin", b"0" * 4096, "a/b")]
+    )
+    folder_store.put("a", build_mail(token=notification.token, body="See.", attach=attach))
+    poll_once()
+    stored, big = ReplyAttachment.objects.order_by("index")
+
+    url = reverse("admin:inbound_email_replyattachment_download", args=[stored.pk])
+    response = admin_client.get(url)
+    assert response.status_code == 200 and response.content == svg
+    assert response["Content-Type"] == "application/octet-stream"
+    assert response["Content-Disposition"] == 'attachment; filename="x.svg"'
+    assert response["X-Content-Type-Options"] == "nosniff"
+
+    staff = baker.make("auth.User", is_staff=True)
+    client.force_login(staff)
+    assert client.get(url).status_code == 403
+
+    missing = admin_client.get(
+        reverse("admin:inbound_email_replyattachment_download", args=[big.pk])
+    )
+    assert missing.status_code == 404 and b"Kept in raw, too large" in missing.content
+    page = admin_client.get(
+        reverse("admin:inbound_email_replyattachment_change", args=[big.pk])
+    ).content.decode()
+    raw = reverse("admin:inbound_email_inboundemail_raw", args=[big.reply.inbound_email_id])
+    assert raw in page

@@ -71,3 +71,21 @@ def test_a_quarantine_prefix_too_long_for_the_ledger_is_refused(settings):
         get_config()
     settings.INBOUND_EMAIL_QUARANTINE_PREFIX = "q" * 75 + "/"
     assert get_config().quarantine_prefix == "q" * 75 + "/"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("INBOUND_EMAIL_ATTACHMENTS_PREFIX", "", "INBOUND_EMAIL_ATTACHMENTS_PREFIX='' must be"),
+        ("INBOUND_EMAIL_ATTACHMENTS_PREFIX", "quarantine/att/", "must not overlap"),
+        ("INBOUND_EMAIL_ATTACHMENTS_PREFIX", "q", "must not overlap"),
+        ("INBOUND_EMAIL_MAX_ATTACHMENT_BYTES", 0, "INBOUND_EMAIL_MAX_ATTACHMENT_BYTES=0"),
+        ("INBOUND_EMAIL_MAX_ATTACHMENTS", "3", "INBOUND_EMAIL_MAX_ATTACHMENTS='3'"),
+    ],
+)
+def test_a_bad_attachment_setting_is_refused_naming_it(settings, name, value, message):
+    """Issue 21.1: an empty attachments prefix would store attachments among the intake's
+    mail; one inside the quarantine prefix would mix the two."""
+    setattr(settings, name, value)
+    with pytest.raises(ImproperlyConfigured, match=message):
+        get_config()

@@ -164,3 +164,19 @@ def test_an_s3_endpoint_that_never_answers_is_a_transient_store_error_after_boun
     assert len(errors) == 1, errors
     assert isinstance(errors[0], StoreError) and errors[0].transient, errors
     assert connections == S3_MAX_ATTEMPTS
+
+
+@pytest.mark.parametrize("where", ["folder", "s3-prefix", "s3-whole-bucket"])
+def test_stored_attachments_are_never_listed_as_intake_mail(request, settings, where):
+    """Issue 21.1: attachments live in the store under INBOUND_EMAIL_ATTACHMENTS_PREFIX; the
+    poller must never take them for mail, also when the intake is the whole bucket."""
+    if where == "folder":
+        store = request.getfixturevalue("folder_store")
+    else:
+        request.getfixturevalue("s3_store")  # the moto bucket
+        url = f"s3://{BUCKET}/{PREFIX.rstrip('/')}" if where == "s3-prefix" else f"s3://{BUCKET}"
+        store = store_from_url(url)
+    store.put(intake_key(store, "m"), b"mail")
+    store.put("attachments/7/1-report.pdf", b"%PDF")
+    assert keys(store) == [intake_key(store, "m")]
+    assert store.get("attachments/7/1-report.pdf") == b"%PDF"

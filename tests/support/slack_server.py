@@ -23,7 +23,19 @@ accepted, and `conversations.history` answers from what was kept: newest first, 
 `include_all_metadata`. Ambiguous failures keep the message and then misbehave:
 `slow(seconds)` answers after the client gave up, `error_after_post()` answers 500, and
 `reset_after_post()` resets the connection instead of answering, `truncated_after_post()`
-cuts the answer's body short. After
+cuts the answer's body short.
+`late(seconds)` is a Slack that takes that long to handle a call: a post shows in the
+channel only then, with the answer, even if the client gave up (`trickle=True`: the
+answer's head arrives a line at a time meanwhile, so a per-read timeout never fires).
+
+Files as slack-sdk's `files_upload_v2` sends them: files.getUploadURLExternal answers a file
+id and an upload URL on this server, the upload keeps the bytes (`slack.uploaded(file_id)`,
+method "upload" in `slack.calls`), and files.completeUploadExternal (only for files uploaded
+in full) keeps one message with the files in the channel or its thread
+(`slack.shared_files(channel)`); scripted failures apply to it as to a post.
+conversations.replies answers a thread; conversations.history leaves thread replies out.
+
+After
 `slack.misbehave(rate_limited=0.2, server_error=0.2, slow=0.2)` unscripted calls get a random
 mix of 429s, HTTP 500s and slow answers (the chaos soak; `slack.behave()` ends it).
 """
@@ -55,6 +67,12 @@ class Response:
     keeps_post: bool | None = None  # chat.postMessage kept in the channel (None: when ok)
     reset: bool = False  # reset the connection (RST) instead of answering
     truncated: bool = False  # send half the promised body, then close (a proxy cut it short)
+    # Slack takes `delay` to handle the call: a post appears in the channel only then, when
+    # the answer is sent (whether or not the client still waits for it).
+    kept_late: bool = False
+    # The status line and then one header line at a time trickle in over `delay`: every read
+    # of the client gets bytes well within its timeout, so only a total deadline ends it.
+    trickle: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,7 @@ class SlackServer:
         self._script: deque[Response] = deque()
         self._method_scripts: dict[str, deque[Response]] = {}
         self._messages: dict[str, list[dict[str, Any]]] = {}  # channel -> kept, oldest first
+        self._files: dict[str, dict[str, Any]] = {}  # file id -> name, length, uploaded bytes
         self._lock = threading.Lock()
         self._last_ts = 0.0
         self._faults: tuple[float, float, float] = (0.0, 0.0, 0.0)
@@ -115,6 +134,14 @@ class SlackServer:
         """Handle the call at once (a post is kept) but answer only after `seconds`."""
         then = then or SlackServer.ok()
         return Response(then.status, then.body, then.headers, delay=seconds, keeps_post=True)
+
+    @staticmethod
+    def late(seconds: float, *, trickle: bool = False) -> Response:
+        """Slack takes `seconds` to handle the call: a post is kept (shown in the history)
+        only after them, when the answer is sent, even if the client gave up meanwhile. With
+        `trickle` the answer's head arrives a line at a time over those seconds, so a client
+        whose timeout is per read (not total) keeps waiting."""
+        return Response(200, {"ok": True}, delay=seconds, kept_late=True, trickle=trickle)
 
     @staticmethod
     def error_after_post(status: int = 500) -> Response:
@@ -242,23 +269,118 @@ class SlackServer:
             else:
                 response = self._unscripted(method)
             answered_ok = response.status == 200 and bool(response.body.get("ok"))
-            if method == "chat.postMessage":
-                keeps = answered_ok if response.keeps_post is None else response.keeps_post
-                if keeps:
-                    message = self._keep(args)
-                    if answered_ok:
-                        body = {
-                            **response.body,
-                            "channel": args.get("channel", ""),
-                            "ts": message["ts"],
-                            "message": {k: v for k, v in message.items() if k != "metadata"},
-                        }
-                        response = dataclasses.replace(response, body=body)
+            if method in _POSTING_METHODS and not response.kept_late:
+                response = self._post(method, args, response)
+            elif method == "files.getUploadURLExternal" and answered_ok:
+                file_id = f"F{len(self._files) + 1:08d}"
+                self._files[file_id] = {
+                    "id": file_id,
+                    "name": str(args.get("filename", "")),
+                    "length": int(args.get("length") or 0),
+                    "data": None,
+                }
+                response = dataclasses.replace(
+                    response,
+                    body={
+                        **response.body,
+                        "file_id": file_id,
+                        "upload_url": f"http://127.0.0.1:{self.port}/upload/{file_id}",
+                    },
+                )
+            elif method == "upload" and answered_ok:
+                upload = self._files.get(str(args.get("file_id")))
+                if upload is None:
+                    response = Response(404, {"ok": False, "error": "file_not_found"})
+                else:
+                    upload["data"] = args["data"]
             elif method == "conversations.history" and answered_ok:
                 response = dataclasses.replace(
                     response, body={**response.body, **self._history(args)}
                 )
+            elif method == "conversations.replies" and answered_ok:
+                response = dataclasses.replace(
+                    response, body={**response.body, **self._history(args, thread=True)}
+                )
             return response
+
+    def _post(self, method: str, args: dict[str, Any], response: Response) -> Response:
+        """Keep a chat.postMessage, or the message of a files.completeUploadExternal, in its
+        channel (when the response says so) and answer as Slack does. With the lock held."""
+        answered_ok = response.status == 200 and bool(response.body.get("ok"))
+        keeps = answered_ok if response.keeps_post is None else response.keeps_post
+        if method == "files.completeUploadExternal":
+            files = self._completed_files(args)
+            if files is None:
+                return Response(200, {"ok": False, "error": "file_upload_not_completed"})
+            if keeps:
+                self._keep(
+                    {
+                        "channel": args.get("channel_id", ""),
+                        "text": args.get("initial_comment", ""),
+                        "thread_ts": args.get("thread_ts", ""),
+                        "files": files,
+                    }
+                )
+            if not answered_ok:
+                return response
+            return dataclasses.replace(response, body={**response.body, "files": files})
+        if not keeps:
+            return response
+        message = self._keep(args)
+        if not answered_ok:
+            return response
+        body = {
+            **response.body,
+            "channel": args.get("channel", ""),
+            "ts": message["ts"],
+            "message": {k: v for k, v in message.items() if k != "metadata"},
+        }
+        return dataclasses.replace(response, body=body)
+
+    def _handled_late(self, method: str, args: dict[str, Any], response: Response) -> Response:
+        """The end of a call Slack took long to handle (`late`): a post is kept only now."""
+        with self._lock:
+            if method in _POSTING_METHODS:
+                return self._post(method, args, dataclasses.replace(response, kept_late=False))
+            return response
+
+    def _completed_files(self, args: dict[str, Any]) -> list[dict[str, Any]] | None:
+        """The files a files.completeUploadExternal names, each uploaded in full; None when
+        one was never asked for or not (fully) uploaded, as Slack refuses it then."""
+        try:
+            wanted = json.loads(args.get("files") or "[]")
+        except ValueError:
+            return None
+        files = []
+        for item in wanted if isinstance(wanted, list) else []:
+            upload = self._files.get(str(item.get("id")))
+            if upload is None or upload["data"] is None or len(upload["data"]) != upload["length"]:
+                return None
+            files.append(
+                {
+                    "id": upload["id"],
+                    "name": upload["name"],
+                    "title": item.get("title") or upload["name"],
+                    "size": upload["length"],
+                }
+            )
+        return files or None
+
+    def uploaded(self, file_id: str) -> bytes | None:
+        """The bytes uploaded for a file id (None: never uploaded)."""
+        with self._lock:
+            upload = self._files.get(file_id)
+            return None if upload is None else upload["data"]
+
+    def shared_files(self, channel: str) -> list[dict[str, Any]]:
+        """Every file shown in the channel (threads included), oldest first, with the ts of
+        the message that shares it and the thread it is in."""
+        with self._lock:
+            return [
+                {**f, "message_ts": m["ts"], "thread_ts": m.get("thread_ts", "")}
+                for m in self._messages.get(channel, [])
+                for f in m.get("files", [])
+            ]
 
     def _keep(self, args: dict[str, Any]) -> dict[str, Any]:
         """Store a posted message as Slack does; ts from the clock, strictly increasing."""
@@ -271,6 +393,10 @@ class SlackServer:
             "ts": f"{ts:.6f}",
             "bot_id": "B0TEST",
         }
+        if args.get("thread_ts"):
+            message["thread_ts"] = str(args["thread_ts"])
+        if args.get("files"):
+            message["files"] = args["files"]
         metadata = args.get("metadata")
         if isinstance(metadata, str):  # form-encoded clients send it as JSON text
             try:
@@ -285,19 +411,37 @@ class SlackServer:
         self._messages.setdefault(str(args.get("channel", "")), []).append(message)
         return message
 
-    def _history(self, args: dict[str, Any]) -> dict[str, Any]:
-        """conversations.history over the kept messages, newest first, paginated."""
+    def _history(self, args: dict[str, Any], *, thread: bool = False) -> dict[str, Any]:
+        """conversations.history over the kept messages, newest first, paginated; thread
+        replies are not in it. With `thread`: conversations.replies, the thread of `ts`
+        (its parent first, then the replies, oldest first)."""
+        if thread:
+            parent = str(args.get("ts", ""))
+            selected = [
+                m
+                for m in self._messages.get(str(args.get("channel", "")), [])
+                if m["ts"] == parent or m.get("thread_ts") == parent
+            ]
+            with_metadata = _truthy(args.get("include_all_metadata"))
+            return self._page(args, selected, with_metadata=with_metadata)
         inclusive = _truthy(args.get("inclusive"))
         oldest = float(args.get("oldest") or 0)
         latest = float(args.get("latest") or 0) or float("inf")
-        limit = max(1, min(int(args.get("limit") or 100), 999))
         with_metadata = _truthy(args.get("include_all_metadata"))
         selected = [
             m
             for m in reversed(self._messages.get(str(args.get("channel", "")), []))
             if (oldest <= float(m["ts"]) if inclusive else oldest < float(m["ts"]))
             and (float(m["ts"]) <= latest if inclusive else float(m["ts"]) < latest)
+            and m.get("thread_ts", m["ts"]) == m["ts"]
         ]
+        return self._page(args, selected, with_metadata=with_metadata)
+
+    @staticmethod
+    def _page(
+        args: dict[str, Any], selected: list[dict[str, Any]], *, with_metadata: bool
+    ) -> dict[str, Any]:
+        limit = max(1, min(int(args.get("limit") or 100), 999))
         cursor = str(args.get("cursor") or "")
         start = int(base64.b64decode(cursor).decode().removeprefix("next:")) if cursor else 0
         page = selected[start : start + limit]
@@ -336,6 +480,8 @@ class SlackServer:
                 else:
                     args.update(parse_qsl(raw.decode("utf-8", "replace")))
                 method = url.path.rsplit("/", 1)[-1]
+                if url.path.startswith("/upload/"):  # files.getUploadURLExternal's URL
+                    method, args = "upload", {"file_id": method, "data": raw, "size": len(raw)}
                 response = server._next_response(method, args)
                 answered_ok = response.status == 200 and bool(response.body.get("ok"))
                 with server._lock:
@@ -358,10 +504,22 @@ class SlackServer:
                     self.connection.close()
                     self.close_connection = True
                     return
-                if response.delay:
+                if response.trickle:
+                    self._trickle_head(response.delay)
+                elif response.delay:
                     time.sleep(response.delay)
-                payload = json.dumps(response.body).encode()
+                if response.kept_late:  # kept now, whether or not the client still waits
+                    response = server._handled_late(method, args, response)
                 try:
+                    payload = json.dumps(response.body).encode()
+                    if response.trickle:
+                        self.wfile.write(
+                            b"Content-Type: application/json; charset=utf-8\r\n"
+                            + f"Content-Length: {len(payload)}\r\n\r\n".encode()
+                            + payload
+                        )
+                        self.wfile.flush()
+                        return
                     self.send_response(response.status)
                     self.send_header("Content-Type", "application/json; charset=utf-8")
                     self.send_header("Content-Length", str(len(payload)))
@@ -377,9 +535,29 @@ class SlackServer:
                 except OSError:  # the client gave up waiting (slow answers): nothing to do
                     self.close_connection = True
 
+            def _trickle_head(self, seconds: float) -> None:
+                """The status line, then a header line every 0.1 s for `seconds` (to the end
+                of them even if the client hangs up: Slack goes on with the call)."""
+                end = time.monotonic() + seconds
+                line = 0
+                try:
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                    self.wfile.flush()
+                    while time.monotonic() < end:
+                        time.sleep(min(0.1, max(0.0, end - time.monotonic())))
+                        self.wfile.write(f"X-Slack-Still-Working: {line}\r\n".encode())
+                        self.wfile.flush()
+                        line += 1
+                except OSError:
+                    time.sleep(max(0.0, end - time.monotonic()))
+
             do_GET = do_POST
 
         return Handler
+
+
+# Methods whose success shows a message in the channel (kept with `_keep`).
+_POSTING_METHODS = ("chat.postMessage", "files.completeUploadExternal")
 
 
 def _truthy(value: Any) -> bool:

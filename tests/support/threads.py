@@ -41,3 +41,32 @@ def run_side_by_side(
         if thread.is_alive():
             errors.append(TimeoutError(f"{thread.name} still running after {timeout} s"))
     return errors
+
+
+class Background:
+    """One call running in its own thread, as another worker would, while the test goes on:
+    `result()` waits for it and returns what it returned (or raises what it raised). The
+    thread closes its own database connection."""
+
+    def __init__(self, work: Callable[[], object]) -> None:
+        self._outcome: list[object] = []
+        self._error: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self._outcome.append(work())
+            except BaseException as exc:  # re-raised by result()
+                self._error.append(exc)
+            finally:
+                connection.close()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def result(self, timeout: float = 60) -> object:
+        self._thread.join(timeout=timeout)
+        if self._thread.is_alive():
+            raise TimeoutError(f"{self._thread.name} still running after {timeout} s")
+        if self._error:
+            raise self._error[0]
+        return self._outcome[0]

@@ -24,6 +24,7 @@ from inbound_email.services.relay import (
     reply_relay_claim,
     reply_relay_enqueue,
     reply_relay_record,
+    reply_relay_slack,
 )
 from inbound_email.slack import post_message
 from jobs import run_pending
@@ -34,6 +35,7 @@ from tests.support.mail import build_mail
 from tests.support.processes import spawn_manage_py
 from tests.support.slack_server import SlackServer
 from tests.support.stores import intake_keys
+from tests.support.threads import Background
 
 Status = InboundEmail.Status
 NStatus = EmailNotification.Status
@@ -352,13 +354,21 @@ def accepted_instruction(store, notification, body: str = "Please add Kim as co-
     return Reply.objects.get()
 
 
-def relay_until_settled(max_rounds: int = 10) -> None:
-    """Run due relay jobs until no relay is pending or posting (retries here are due at once)."""
+def relay_until_settled(max_rounds: int = 10, max_wait: float = 5.0) -> None:
+    """Run due relay jobs until no relay is pending or posting; a retry scheduled within
+    `max_wait` seconds (a relay waiting for a post that may still show up) is waited for."""
     for _ in range(max_rounds):
         run_pending()
         if not Reply.objects.filter(relay_status__in=["pending", "posting"]).exists():
             return
-        time.sleep(0.05)
+        next_job = (
+            Job.objects.filter(kind="inbound_email.relay_reply", status="queued")
+            .order_by("run_after")
+            .values_list("run_after", flat=True)
+            .first()
+        )
+        wait = (next_job - timezone.now()).total_seconds() if next_job else 0.0
+        time.sleep(min(max(wait, 0.0), max_wait) + 0.05)
 
 
 @contextmanager
@@ -399,6 +409,8 @@ def test_failure_after_the_post_still_gives_the_channel_the_instruction_exactly_
     was retried as if nothing had arrived: 6 posts of one instruction, then the inbox on top.
     Now an answer that may hide a post is looked up (metadata in conversations.history)."""
     settings.SLACK_TIMEOUT = 1
+    # An unsure post is looked up once it had two claim timeouts to show up (issue 21.7).
+    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 0.5
     slack.script(failure, method="chat.postMessage")
     reply = accepted_instruction(folder_store, notification)
 
@@ -516,7 +528,8 @@ def test_claim_left_posting_by_the_real_claim_is_found_by_the_lookup(
     ts = post_message(channel=claim.channel, text=claim.text, metadata=relay_metadata(reply.pk))
 
     assert reply_relay(reply_id=reply.pk) == "skipped"  # the claim is still live
-    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 0
+    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 0.5
+    time.sleep(0.6)
     assert reply_relay(reply_id=reply.pk) == "posted"
 
     reply.refresh_from_db()
@@ -533,12 +546,16 @@ def test_failing_lookup_keeps_the_relay_retrying_past_the_budget_and_never_drops
     """After a post whose outcome is unknown, a history lookup that fails must neither post
     again (it may be there) nor fall back to the inbox (it may be there): it retries."""
     settings.INBOUND_RELAY_MAX_ATTEMPTS = 2
+    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 0.3  # looked up 0.6 s after the post
     slack.script(SlackServer.error_after_post(500), method="chat.postMessage")
     slack.defaults["conversations.history"] = SlackServer.error("internal_error")
     reply = accepted_instruction(folder_store, notification)
 
     for _ in range(4):  # attempt 1 posts (500); 2, 3, 4 fail to look it up
-        run_pending(limit=1)  # one attempt each (the retries are due at once here)
+        reply.refresh_from_db()
+        if reply.relay_next_attempt_at:  # the look-up after the unsure post waits for it
+            time.sleep(max(0.0, (reply.relay_next_attempt_at - timezone.now()).total_seconds()))
+        run_pending(limit=1)  # one attempt each (the later retries are due at once here)
 
     reply.refresh_from_db()
     assert (reply.relay_status, reply.relay_attempts) == (Reply.RelayStatus.PENDING, 4)
@@ -569,6 +586,7 @@ def test_spent_budget_after_unknown_outcomes_looks_up_before_the_inbox_fallback(
     """The budget still ends in the inbox with needs_operator, but never on top of a post
     Slack accepted: after unknown outcomes the channel is searched first."""
     settings.INBOUND_RELAY_MAX_ATTEMPTS = 2
+    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 0.3  # each unsure post waited for 0.6 s
     slack.script(
         SlackServer.error("internal_error", status=502),  # not kept, outcome unknown
         SlackServer.error_after_post(500) if last_post_arrived else SlackServer.error(status=503),
@@ -593,6 +611,75 @@ def test_spent_budget_after_unknown_outcomes_looks_up_before_the_inbox_fallback(
     assert len(slack.attempts("conversations.history")) == 2
     assert responded(notification)
     assert intake_keys(folder_store) == []
+
+
+# --- a Slack answer after the claim timeout (issue 21, point 7) ----------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "late",
+    [
+        pytest.param(SlackServer.late(1.6), id="answer-and-message-after-the-claim-timeout"),
+        pytest.param(
+            SlackServer.late(1.6, trickle=True), id="answer-trickling-past-the-claim-timeout"
+        ),
+    ],
+)
+def test_a_slack_answer_after_the_claim_timeout_never_leads_to_a_second_post(
+    folder_store, notification, slack, settings, late
+):
+    """Issue 21.7: worker A posts; Slack takes longer than the claim timeout to handle it
+    (the message shows up in the channel only with the answer). Worker B, coming after the
+    timeout, found nothing in the history and posted again; A's late answer was then
+    dropped as a lost claim: two messages. With the trickle, every read of A gets a byte in
+    time, so A's per-read timeout never fires and B takes the claim over meanwhile."""
+    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 1
+    slack.script(late, method="chat.postMessage")
+    reply = accepted_instruction(folder_store, notification)
+
+    worker_a = Background(lambda: reply_relay(reply_id=reply.pk))
+    deadline = time.monotonic() + 5
+    while not slack.attempts("chat.postMessage") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(1.1)  # past A's claim; Slack has not shown the message yet
+    assert slack.channel_messages(CHANNEL) == []
+
+    worker_b = reply_relay(reply_id=reply.pk)  # another worker, after the claim timeout
+    assert worker_b in ("skipped", "retry")
+    assert worker_a.result() in ("retry", "skipped")
+    relay_until_settled()
+
+    channel = slack.channel_messages(CHANNEL)
+    assert len(channel) == 1  # exactly once
+    assert len(slack.attempts("chat.postMessage")) == 1
+    reply.refresh_from_db()
+    assert (reply.relay_status, reply.slack_ts) == (Reply.RelayStatus.POSTED, channel[0]["ts"])
+    assert not Message.objects.exists()
+    assert responded(notification)
+    assert intake_keys(folder_store) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_paused_past_its_claim_sends_nothing(folder_store, notification, slack, settings):
+    """Issue 21.7: a worker stopped between its claim and its post (a long GC pause, a frozen
+    VM) must not send the post after another worker may have taken the claim over and read
+    the history: once the claim timeout has passed, no Slack call of the attempt is sent."""
+    settings.INBOUND_RELAY_CLAIM_TIMEOUT_SECONDS = 0.3
+    reply = accepted_instruction(folder_store, notification)
+    claim = reply_relay_claim(reply_id=reply.pk)
+    assert claim is not None
+    time.sleep(0.35)  # the pause
+
+    result = reply_relay_slack(claim)
+
+    assert result.outcome == "refused" and "not sent" in result.error
+    assert slack.calls == []
+    assert reply_relay_record(claim=claim, result=result) == "retry"
+    relay_until_settled()
+    assert len(slack.channel_messages(CHANNEL)) == 1
+    reply.refresh_from_db()
+    assert reply.relay_status == Reply.RelayStatus.POSTED
 
 
 # --- no silent loss of instruction text (issue 10, point 6) --------------------------------
