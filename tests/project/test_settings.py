@@ -197,7 +197,7 @@ def test_log_format_json_writes_one_json_object_per_line():
     assert line["levelname"] == "INFO"
 
 
-HTTPS_VARIABLES = (
+DEPLOY_VARIABLES = (
     "SECURE_PROXY_SSL_HEADER",
     "SECURE_SSL_REDIRECT",
     "SECURE_HSTS_SECONDS",
@@ -205,6 +205,7 @@ HTTPS_VARIABLES = (
     "SECURE_HSTS_PRELOAD",
     "SESSION_COOKIE_SECURE",
     "CSRF_COOKIE_SECURE",
+    "PUBLIC_BASE_URL",  # the one-click unsubscribe link (issue 23): check --deploy warns without
 )
 
 
@@ -214,10 +215,10 @@ def _env_example() -> dict[str, str]:
 
 
 def test_check_deploy_prints_no_warning_with_the_production_settings_of_env_example():
-    """Issue 19.3: .env.example's HTTPS settings (with a real key) make `check --deploy`
+    """Issue 19.3: .env.example's HTTPS settings and PUBLIC_BASE_URL (with a real key) make `check --deploy`
     clean; without them it warns, so the variables are what does it."""
     example = _env_example()
-    https = {name: example[name] for name in HTTPS_VARIABLES}
+    https = {name: example[name] for name in DEPLOY_VARIABLES}
     key = "k" * 40 + "0123456789"
     env = child_env(DEBUG=example["DEBUG"], SECRET_KEY=key, **https)
     result = manage_py("check", "--deploy", env=env)
