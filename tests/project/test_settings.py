@@ -215,8 +215,8 @@ def _env_example() -> dict[str, str]:
 
 
 def test_check_deploy_prints_no_warning_with_the_production_settings_of_env_example():
-    """Issue 19.3: .env.example's HTTPS settings and PUBLIC_BASE_URL (with a real key) make `check --deploy`
-    clean; without them it warns, so the variables are what does it."""
+    """Issue 19.3: .env.example's HTTPS settings and PUBLIC_BASE_URL (with a real key) make
+    `check --deploy` clean; without them it warns, so the variables are what does it."""
     example = _env_example()
     https = {name: example[name] for name in DEPLOY_VARIABLES}
     key = "k" * 40 + "0123456789"
