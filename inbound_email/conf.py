@@ -34,6 +34,8 @@ class Config:
     slack_api_url: str
     slack_timeout: float  # seconds per HTTP call
     check_ses_verdicts: bool  # reject / quarantine on SES's verdict headers (issue 10)
+    # The receiving host's authserv-id: its topmost Authentication-Results is read ("": never)
+    authserv_id: str
     # What one mail may cost the parser (see parse_limits.ParseLimits)
     max_mime_parts: int
     max_mime_depth: int
@@ -123,6 +125,7 @@ def get_config() -> Config:
         slack_api_url=_str("SLACK_API_URL", "https://slack.com/api/", required=True),
         slack_timeout=_float("SLACK_TIMEOUT", 10, minimum=0, inclusive=False),
         check_ses_verdicts=_check_ses_verdicts(store_url),
+        authserv_id=_str("INBOUND_EMAIL_AUTHSERV_ID", "amazonses.com", required=False).strip(),
         max_mime_parts=_int("INBOUND_EMAIL_MAX_MIME_PARTS", 100, minimum=1),
         max_mime_depth=_int("INBOUND_EMAIL_MAX_MIME_DEPTH", 20, minimum=1),
         max_headers=_int("INBOUND_EMAIL_MAX_HEADERS", 1000, minimum=1),

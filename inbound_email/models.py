@@ -51,6 +51,7 @@ class InboundEmail(models.Model):
             "Sender failed DMARC (or SPF+DKIM)",
         )
         VIRUS = "virus", "Virus found by SES"
+        SPAM = "spam", "Spam verdict FAIL from SES"
         # Deleted by someone else (an operator, an S3 lifecycle rule) while still to handle:
         # a reply lost unread, which an operator must hear about.
         VANISHED = "vanished", "Vanished from the store before it was read"

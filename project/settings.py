@@ -225,6 +225,9 @@ INBOUND_EMAIL_CHECK_SES_VERDICTS = (
     if env_str("INBOUND_EMAIL_CHECK_SES_VERDICTS", "").strip()
     else None
 )
+# The receiving host's authserv-id (issue 21): with the verdict check on, a dmarc=fail in the
+# topmost Authentication-Results naming this host rejects the reply. Empty: not read.
+INBOUND_EMAIL_AUTHSERV_ID = env_str("INBOUND_EMAIL_AUTHSERV_ID", "amazonses.com")
 MAX_REPLIES_PER_TOKEN_PER_HOUR = env_int("MAX_REPLIES_PER_TOKEN_PER_HOUR", 5, minimum=1)
 # Instruction relay (outbox): attempts to post to Slack before the instruction falls back to
 # the database inbox and is flagged for an operator; backoff between attempts (seconds).
