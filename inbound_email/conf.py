@@ -19,6 +19,7 @@ class Config:
     store_url: str  # "s3://bucket/prefix" or a folder path
     quarantine_prefix: str  # S3 key prefix / sub-folder of quarantined mail
     s3_timeout: float  # seconds per S3 connect and per read, each try
+    s3_read_deadline: float  # seconds one object's GetObject may take in all, body included
     max_per_run: int  # objects handled per poll run
     max_bytes: int  # larger mail is quarantined unread
     max_attempts: int  # handling attempts before quarantine
@@ -43,6 +44,9 @@ class Config:
     max_header_bytes: int  # one header field, raw
     max_header_total_bytes: int  # all header fields together, raw
     max_text_bytes: int  # the text part used, transfer-decoded
+    # Retention (issue 21)
+    kept_raw_bytes: int  # raw bytes a rejected mail keeps (the first ones; the rest dropped)
+    retention_days: float  # finished rows older than this are pruned (quarantined ones never)
 
     @property
     def slack_enabled(self) -> bool:
@@ -103,6 +107,18 @@ def _check_ses_verdicts(store_url: str) -> bool:
     return value
 
 
+KEPT_RAW_BYTES_MAX = 64 * 1024  # issue 21: rejected junk keeps at most 64 KiB of raw
+
+
+def _kept_raw_bytes() -> int:
+    value = _int("INBOUND_EMAIL_REJECTED_RAW_BYTES", KEPT_RAW_BYTES_MAX, minimum=0)
+    if value > KEPT_RAW_BYTES_MAX:
+        raise ImproperlyConfigured(
+            f"INBOUND_EMAIL_REJECTED_RAW_BYTES={value!r} must be at most {KEPT_RAW_BYTES_MAX}"
+        )
+    return value
+
+
 def get_config() -> Config:
     """The validated settings; raises ImproperlyConfigured naming the first bad one."""
     store_url = _str("INBOUND_EMAIL_STORE", "var/inbound_mail", required=True)
@@ -110,6 +126,7 @@ def get_config() -> Config:
         store_url=store_url,
         quarantine_prefix=_quarantine_prefix(),
         s3_timeout=_float("INBOUND_EMAIL_S3_TIMEOUT", 20, minimum=0, inclusive=False),
+        s3_read_deadline=_float("INBOUND_EMAIL_S3_READ_DEADLINE", 60, minimum=0, inclusive=False),
         max_per_run=_int("INBOUND_EMAIL_MAX_PER_RUN", 2000, minimum=1),
         max_bytes=_int("INBOUND_EMAIL_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
         max_attempts=_int("INBOUND_EMAIL_MAX_ATTEMPTS", 5, minimum=1),
@@ -132,4 +149,6 @@ def get_config() -> Config:
         max_header_bytes=_int("INBOUND_EMAIL_MAX_HEADER_BYTES", 16 * 1024, minimum=1),
         max_header_total_bytes=_int("INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES", 256 * 1024, minimum=1),
         max_text_bytes=_int("INBOUND_EMAIL_MAX_TEXT_BYTES", 1024 * 1024, minimum=1),
+        kept_raw_bytes=_kept_raw_bytes(),
+        retention_days=_float("INBOUND_RETENTION_DAYS", 30, minimum=0, inclusive=False),
     )

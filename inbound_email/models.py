@@ -118,6 +118,8 @@ class InboundEmail(models.Model):
         indexes = [
             models.Index(fields=["status", "next_attempt_at"]),
             models.Index(fields=["status", "created_at"]),
+            # The retention prune's scan (issue 21): finished rows, oldest first.
+            models.Index(fields=["status", "finished_at"], name="inbound_email_finished"),
         ]
         constraints = [
             models.UniqueConstraint(
