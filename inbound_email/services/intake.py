@@ -304,12 +304,20 @@ def _map_mail(row: InboundEmail, mail: ParsedMail) -> None:
     row.body_text = mail.text[:100_000]
 
 
+_FIELDS_BUT_RAW = [
+    f.name for f in InboundEmail._meta.concrete_fields if not f.primary_key and f.name != "raw"
+]
+
+
 def _dedupe(row: InboundEmail, mail: ParsedMail) -> InboundEmail | None:
     """Save the parsed row claiming its Message-ID; return the original if another row has it."""
     row.dedup_key = (mail.message_id or f"sha256:{row.sha256}")[:600]
     try:
         with transaction.atomic():
-            row.save()  # the partial unique index decides, also between concurrent pollers
+            # The partial unique index decides, also between concurrent pollers. The raw
+            # bytes are written once, by the outcome's save (cut for a rejected mail): a
+            # full copy written here would stay in the table as a dead version until vacuum.
+            row.save(update_fields=_FIELDS_BUT_RAW)
         return None
     except IntegrityError:
         original = (
