@@ -89,6 +89,18 @@ def ledger_size() -> int:
         return cursor.fetchone()[0]
 
 
+def ledger_parts() -> tuple[int, int, int]:
+    """(heap, TOAST, indexes) bytes of the ledger table."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_relation_size(c.oid),"
+            " coalesce(pg_total_relation_size(nullif(c.reltoastrelid, 0)), 0),"
+            " pg_indexes_size(c.oid)"
+            " FROM pg_class c WHERE c.relname = 'inbound_email_inboundemail'"
+        )
+        return cursor.fetchone()
+
+
 def mb(n: float) -> str:
     return f"{n / 1e6:8.1f} MB"
 
@@ -171,13 +183,20 @@ def main() -> None:
             )
             print(f"  database after the prune:         {mb(after_prune)}")
             print(f"  database after (auto)vacuum:      {mb(after_vacuum)}  (limit 200 MB)")
+            heap, toast, indexes = ledger_parts()
+            print(
+                f"  ledger after vacuum: heap {mb(heap)}, TOAST {mb(toast)}, indexes {mb(indexes)}"
+                " (index pages are free for reuse but stay allocated)"
+            )
 
             scale = args.full_mails / max(args.mails, 1)
             print(f"estimate for {args.full_mails} mails (x{scale:g}):")
+            residue = (after_vacuum - empty) * scale  # grows with the rows once held
             print(
                 f"  peak {mb(empty + per_row * args.full_mails)}; after prune + vacuum"
-                f" {mb(after_vacuum)} (every row past the retention is gone; the size is the"
-                f" empty schema); poll {args.full_mails / (args.mails / poll_s) / 60:.0f} min,"
+                f" {mb(empty + residue)} (the rows are gone; what stays is the empty schema"
+                f" and the index pages they used, scaled x{scale:g});"
+                f" poll {args.full_mails / (args.mails / poll_s) / 60:.0f} min,"
                 f" prune {args.full_mails / max(pruned / max(prune_s, 1e-9), 1e-9) / 60:.1f} min"
             )
             steady = args.junk_per_day * config.retention_days * per_row
