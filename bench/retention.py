@@ -188,6 +188,13 @@ def main() -> None:
                 f"  ledger after vacuum: heap {mb(heap)}, TOAST {mb(toast)}, indexes {mb(indexes)}"
                 " (index pages are free for reuse but stay allocated)"
             )
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT indexrelname, pg_relation_size(indexrelid) FROM pg_stat_user_indexes"
+                    " WHERE relname = 'inbound_email_inboundemail' ORDER BY 2 DESC LIMIT 4"
+                )
+                largest = ", ".join(f"{name} {size / 1e6:.1f} MB" for name, size in cursor)
+            print(f"  largest ledger indexes: {largest}")
 
             scale = args.full_mails / max(args.mails, 1)
             print(f"estimate for {args.full_mails} mails (x{scale:g}):")

@@ -60,7 +60,9 @@ class InboundEmail(models.Model):
     store_key = models.CharField(max_length=1024, unique=True)
     etag = models.CharField(max_length=200, blank=True)
     size = models.BigIntegerField(default=0)
-    sha256 = models.CharField(max_length=64, blank=True, db_index=True)
+    # Not indexed (issue 21): nothing looks a mail up by it (duplicates go by `dedup_key`),
+    # and its two indexes (b-tree and LIKE) cost 160 bytes a row that a prune cannot give back.
+    sha256 = models.CharField(max_length=64, blank=True)
     # Message-ID (or sha256: when it has none); unique among originals -> duplicates rejected.
     dedup_key = models.CharField(max_length=600, blank=True)
     duplicate_of = models.ForeignKey(
