@@ -44,6 +44,7 @@ class Config:
     max_header_bytes: int  # one header field, raw
     max_header_total_bytes: int  # all header fields together, raw
     max_text_bytes: int  # the text part used, transfer-decoded
+    max_html_depth: int  # block elements nested at once in the HTML part
     # Retention (issue 21)
     kept_raw_bytes: int  # raw bytes a rejected mail keeps (the first ones; the rest dropped)
     retention_days: float  # finished rows older than this are pruned (quarantined ones never)
@@ -149,6 +150,7 @@ def get_config() -> Config:
         max_header_bytes=_int("INBOUND_EMAIL_MAX_HEADER_BYTES", 16 * 1024, minimum=1),
         max_header_total_bytes=_int("INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES", 256 * 1024, minimum=1),
         max_text_bytes=_int("INBOUND_EMAIL_MAX_TEXT_BYTES", 1024 * 1024, minimum=1),
+        max_html_depth=_int("INBOUND_EMAIL_MAX_HTML_DEPTH", 1000, minimum=1),
         kept_raw_bytes=_kept_raw_bytes(),
         retention_days=_float("INBOUND_RETENTION_DAYS", 30, minimum=0, inclusive=False),
     )

@@ -45,6 +45,7 @@ class InboundEmail(models.Model):
         HEADER_COUNT_LIMIT = "header_count_limit", "Too many header fields"
         HEADER_SIZE_LIMIT = "header_size_limit", "Header fields too large"
         TEXT_SIZE_LIMIT = "text_size_limit", "Text part too large"
+        HTML_DEPTH_LIMIT = "html_depth_limit", "HTML nested too deep"
         # SES verdicts (issue 10): DMARC failed, or with no DMARC verdict SPF and DKIM both did.
         UNAUTHENTICATED_SENDER = (
             "unauthenticated_sender",

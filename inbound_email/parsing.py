@@ -30,6 +30,7 @@ from inbound_email.html_text import html_text, html_to_text, quote_as_text
 from inbound_email.parse_limits import (
     LIMIT_REASONS,
     ParseLimits,
+    check_html_depth,
     check_text_bytes,
     header_block,
     limited_parser,
@@ -140,7 +141,9 @@ def body_parts(message: Message, *, limits: ParseLimits | None = None) -> Body:
             html_part = part
     limits = limits or ParseLimits.from_settings()
     if html_part is not None:
-        parts = html_text(_part_text(html_part, limits))
+        markup = _part_text(html_part, limits)
+        check_html_depth(markup, limits)  # a parser's cost grows with the nesting
+        parts = html_text(markup)
         visible = _clean(parts.visible)
         quoted = _clean(quote_as_text(parts.quoted))
         text = (visible.rstrip() + "\n\n" + quoted) if quoted else visible

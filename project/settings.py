@@ -227,6 +227,9 @@ INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES = env_int(  # all header fields together, r
 INBOUND_EMAIL_MAX_TEXT_BYTES = env_int(  # the text part used, after transfer decoding
     "INBOUND_EMAIL_MAX_TEXT_BYTES", 1024 * 1024, minimum=1024
 )
+# Block elements nested at once in the HTML part (issue 21): an HTML parser costs the depth
+# for each nested <div>; deeper mail is quarantined html_depth_limit, unparsed.
+INBOUND_EMAIL_MAX_HTML_DEPTH = env_int("INBOUND_EMAIL_MAX_HTML_DEPTH", 1000, minimum=10)
 # SES verdicts (issue 10): reject a reply that failed DMARC (or, without a DMARC verdict, SPF
 # and DKIM), quarantine a mail with a virus. Unset: on for an s3:// store, off for a folder.
 INBOUND_EMAIL_CHECK_SES_VERDICTS = (

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('inbound_email', '0008_reason_spam'),
+        ('inbound_email', '0008_reasons_spam_and_html_depth'),
         ('notifications', '0004_reply_rejected_notices'),
     ]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from inbound_email.exceptions import MailLimitExceeded
 from inbound_email.html_text import html_text, html_to_text
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.parsing import HIDDEN_TEXT_LABEL, parse_mail
@@ -23,6 +24,8 @@ from tests.support.client_mail import (
     outlook_desktop_reply,
     outlook_web_reply,
 )
+from tests.support.mail import build_mail
+from tests.support.threads import run_side_by_side
 
 HIDING = {
     "display-none": '<span style="display: none">{}</span>',
@@ -165,3 +168,34 @@ def test_a_real_shaped_reply_relays_only_what_the_pi_wrote(folder_store, notific
     assert reply.instruction == "Please cut the travel budget by 10%."
     assert reply.cut_lines == 0
     assert SECRET in reply.stripped_text and "Please rate this proposal" in reply.stripped_text
+
+
+def _html_mail(markup: str, token: str = "tok") -> bytes:
+    head = build_mail(token=token).split(b"\n\n", 1)[0].replace(b"text/plain", b"text/html")
+    return head + b"\n\n" + markup.encode()
+
+
+def test_html_nested_past_the_limit_is_refused_before_it_is_parsed():
+    """An HTML parser costs the depth for each nested <div> (40,000 took lexbor 28 s; the
+    1 MiB text limit holds 200,000): refused in one linear scan, never parsed."""
+    bomb = _html_mail("<p>4</p>" + "<div>" * 200_000 + SECRET)
+    errors = run_side_by_side(lambda: parse_mail(bomb), copies=1, timeout=10)  # hang guard
+    assert len(errors) == 1 and isinstance(errors[0], MailLimitExceeded), errors
+    assert errors[0].reason == "html_depth_limit"
+    assert "INBOUND_EMAIL_MAX_HTML_DEPTH" in str(errors[0])
+
+
+def test_html_nested_within_the_limit_and_closed_siblings_parse(settings):
+    settings.INBOUND_EMAIL_MAX_HTML_DEPTH = 50
+    deep = _html_mail("<p>4</p>" + "<div>" * 50 + "Cut it." + "</div>" * 50)
+    siblings = _html_mail("<p>4</p>" + "<div>x</div>" * 10_000)
+    assert parse_mail(deep).reply_text == "4\nCut it."
+    assert parse_mail(siblings).reply_text.startswith("4")
+
+
+@pytest.mark.django_db
+def test_a_deeply_nested_html_mail_is_quarantined_with_its_limit(folder_store, notification):
+    folder_store.put("bomb", _html_mail("<div>" * 5_000, token=notification.token))
+    poll_once()
+    row = InboundEmail.objects.get()
+    assert (row.status, row.reason) == (InboundEmail.Status.QUARANTINED, "html_depth_limit")
