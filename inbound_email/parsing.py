@@ -121,24 +121,69 @@ class Body:
     hidden: str = ""  # text hidden in the HTML: never an instruction
 
 
-def body_parts(message: Message, *, limits: ParseLimits | None = None) -> Body:
-    """The HTML part when the mail has one, else the first text/plain part that is not an
-    attachment (issue 21: only visible text is an instruction).
+def _html_alternative(alternative: Message) -> Message | None:
+    """The HTML version in a multipart/alternative (the last, as RFC 2046 orders them by
+    preference), also inside a multipart/related (HTML with its inline images)."""
+    found = None
+    children = alternative.get_payload()
+    for child in children if isinstance(children, list) else []:
+        if _is_attachment(child):
+            continue
+        ctype = _content_type(child)
+        if ctype == "text/html":
+            found = child
+        elif ctype == "multipart/related":
+            related = child.get_payload()
+            found = next(
+                (
+                    c
+                    for c in (related if isinstance(related, list) else [])
+                    if _content_type(c) == "text/html" and not _is_attachment(c)
+                ),
+                found,
+            )
+    return found
 
-    A client shows the HTML of a multipart/alternative mail and never its plain-text twin,
-    so the twin may say something the PI never saw; the HTML is also where the clients mark
-    their quoted history (`html_text`), so it is kept apart by structure instead of by the
-    plain-text heuristics. Never raises on malformed mail.
-    """
-    plain = html_part = None
-    for part in message.walk():
-        if part.is_multipart() or _is_attachment(part):
+
+def _body_part(message: Message) -> Message | None:
+    """The part a reader sees as the body: the first text part in document order that is
+    not an attachment nor inside an attached message; when it is one of the versions of a
+    multipart/alternative, that alternative's HTML version (what a client shows)."""
+    stack: list[tuple[Message, Message | None]] = [(message, None)]
+    while stack:
+        part, parent = stack.pop()
+        if _is_attachment(part):
             continue
         ctype = _content_type(part)
-        if ctype == "text/plain" and plain is None:
-            plain = part
-        elif ctype == "text/html" and html_part is None:
-            html_part = part
+        if part.is_multipart():
+            if part is not message and ctype == "message/rfc822":
+                continue  # an attached mail is not the reply's body
+            children = part.get_payload()
+            if isinstance(children, list):
+                stack.extend((child, part) for child in reversed(children))
+            continue
+        if ctype not in ("text/plain", "text/html"):
+            continue
+        if parent is not None and _content_type(parent) == "multipart/alternative":
+            return _html_alternative(parent) or part
+        return part
+    return None
+
+
+def body_parts(message: Message, *, limits: ParseLimits | None = None) -> Body:
+    """The body a reader sees (issue 21: only visible text is an instruction).
+
+    The first text part that is not an attachment; when it comes with an HTML version
+    (multipart/alternative), the HTML: a client shows that and never its plain-text twin,
+    so the twin may say something the PI never saw, and the HTML is where the clients mark
+    their quoted history (`html_text`), kept apart by structure instead of by plain-text
+    heuristics. An attached mail (message/rfc822) is never the body. Never raises on
+    malformed mail.
+    """
+    body = _body_part(message)
+    ctype = _content_type(body) if body is not None else ""
+    html_part = body if ctype == "text/html" else None
+    plain = body if ctype == "text/plain" else None
     limits = limits or ParseLimits.from_settings()
     if html_part is not None:
         markup = _part_text(html_part, limits)

@@ -199,3 +199,44 @@ def test_a_deeply_nested_html_mail_is_quarantined_with_its_limit(folder_store, n
     poll_once()
     row = InboundEmail.objects.get()
     assert (row.status, row.reason) == (InboundEmail.Status.QUARANTINED, "html_depth_limit")
+
+
+def test_the_html_version_is_read_only_as_an_alternative_of_the_body():
+    """A gateway's HTML disclaimer after a plain body, or the HTML of an attached mail, is
+    not the reply; the HTML of multipart/alternative (also inside multipart/related, as
+    Apple Mail sends it with an inline image) is."""
+    from email import message_from_bytes, policy
+    from email.message import EmailMessage
+
+    plain_and_disclaimer = message_from_bytes(
+        build_mail(token="tok", body="4\nCut it."), policy=policy.default
+    )
+    plain_and_disclaimer.make_mixed()
+    plain_and_disclaimer.attach(_part("<p>This e-mail is confidential.</p>", "html"))
+    assert parse_mail(plain_and_disclaimer.as_bytes()).reply_text == "4\nCut it."
+
+    forwarded = EmailMessage()
+    forwarded["Subject"] = "the original"
+    forwarded.set_content("plain of the attached mail")
+    forwarded.add_alternative(f"<p>{SECRET}</p>", subtype="html")
+    with_attached_mail = message_from_bytes(
+        build_mail(token="tok", body="3"), policy=policy.default
+    )
+    with_attached_mail.add_attachment(forwarded)
+    assert parse_mail(with_attached_mail.as_bytes()).reply_text == "3"
+
+    apple = message_from_bytes(
+        apple_mail_reply(token="tok", new_html="5<div>Fine as it is.</div>", new_plain="x"),
+        policy=policy.default,
+    )
+    html = apple.get_body(preferencelist=("html",))
+    html.add_related(b"\x89PNG...", maintype="image", subtype="png", cid="<logo@x>")
+    assert parse_mail(apple.as_bytes()).reply_text == "5\nFine as it is."
+
+
+def _part(text: str, subtype: str):
+    from email.message import MIMEPart
+
+    part = MIMEPart()
+    part.set_content(text, subtype=subtype)
+    return part
