@@ -179,11 +179,11 @@ def check_text_bytes(size: int, limits: ParseLimits) -> None:
 # Start tags whose handling in an HTML parser looks through the stack of open elements (a
 # `p` "in button scope"): nested, each costs the depth, so 40,000 nested `<div>` took lexbor
 # 28 s (200,000, what 1 MiB holds, would take minutes). Closed by their end tag.
-_HTML_BLOCK_RE = re.compile(
-    rb"<(/?)(?:div|ul|ol|dl|blockquote|section|article|aside|header|footer|nav|main|"
-    rb"fieldset|figure|figcaption|details|summary|dialog|menu|address|center|hgroup|dir|"
-    rb"form|pre|listing|h[1-6])(?=[\s/>])",
-    re.IGNORECASE,
+_HTML_TAG_RE = re.compile(rb"<(/?)([A-Za-z][A-Za-z0-9]{0,9})[\s/>]")
+_HTML_BLOCK_TAGS = frozenset(
+    b"div ul ol dl blockquote section article aside header footer nav main fieldset figure "
+    b"figcaption details summary dialog menu address center hgroup dir form pre listing "
+    b"h1 h2 h3 h4 h5 h6".split()
 )
 
 
@@ -192,7 +192,9 @@ def check_html_depth(markup: str, limits: ParseLimits) -> None:
     it is parsed (issue 21); one linear scan of the start and end tags. Mail clients nest a
     few dozen deep."""
     depth = deepest = 0
-    for match in _HTML_BLOCK_RE.finditer(markup.encode("utf-8", "surrogatepass")):
+    for match in _HTML_TAG_RE.finditer(markup.encode("utf-8", "surrogatepass")):
+        if match.group(2).lower() not in _HTML_BLOCK_TAGS:
+            continue
         if match.group(1):
             depth = max(depth - 1, 0)
         else:
