@@ -12,7 +12,11 @@ from django.utils.http import content_disposition_header
 
 from inbound_email.exceptions import InboundEmailError
 from inbound_email.models import InboundEmail, Reply, ReplyAttachment
-from inbound_email.selectors import inbound_relays_stuck, replies_needing_operator
+from inbound_email.selectors import (
+    inbound_email_raw_kept_bytes,
+    inbound_relays_stuck,
+    replies_needing_operator,
+)
 from inbound_email.services.actions import (
     attachment_content,
     inbound_email_discard,
@@ -96,6 +100,14 @@ class InboundEmailAdmin(ReadOnlyAdmin):
     @admin.display(description="Raw source")
     def raw_link(self, obj: InboundEmail) -> str:
         url = reverse("admin:inbound_email_inboundemail_raw", args=[obj.pk])
+        kept = inbound_email_raw_kept_bytes(inbound_email_id=obj.pk)
+        if kept is not None and kept < obj.size:  # rejected mail keeps its first bytes only
+            return format_html(
+                '<a href="{}">Download .eml</a> (only the first {} of {} bytes were kept)',
+                url,
+                kept,
+                obj.size,
+            )
         return format_html('<a href="{}">Download .eml</a>', url)
 
     def get_urls(self):

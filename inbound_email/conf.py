@@ -19,6 +19,7 @@ class Config:
     store_url: str  # "s3://bucket/prefix" or a folder path
     quarantine_prefix: str  # S3 key prefix / sub-folder of quarantined mail
     s3_timeout: float  # seconds per S3 connect and per read, each try
+    s3_read_deadline: float  # seconds one object's GetObject may take in all, body included
     max_per_run: int  # objects handled per poll run
     max_bytes: int  # larger mail is quarantined unread
     max_attempts: int  # handling attempts before quarantine
@@ -34,6 +35,8 @@ class Config:
     slack_api_url: str
     slack_timeout: float  # seconds per HTTP call
     check_ses_verdicts: bool  # reject / quarantine on SES's verdict headers (issue 10)
+    # The receiving host's authserv-id: its topmost Authentication-Results is read ("": never)
+    authserv_id: str
     # What one mail may cost the parser (see parse_limits.ParseLimits)
     max_mime_parts: int
     max_mime_depth: int
@@ -44,6 +47,10 @@ class Config:
     attachments_prefix: str  # S3 key prefix / sub-folder of stored attachments (issue 21)
     max_attachment_bytes: int  # one attachment, decoded; larger: kept in the raw mail only
     max_attachments: int  # stored per mail; the rest: kept in the raw mail only
+    max_html_depth: int  # block elements nested at once in the HTML part
+    # Retention (issue 21)
+    kept_raw_bytes: int  # raw bytes a rejected mail keeps (the first ones; the rest dropped)
+    retention_days: float  # finished rows older than this are pruned (quarantined ones never)
 
     @property
     def slack_enabled(self) -> bool:
@@ -116,6 +123,18 @@ def _check_ses_verdicts(store_url: str) -> bool:
     return value
 
 
+KEPT_RAW_BYTES_MAX = 64 * 1024  # issue 21: rejected junk keeps at most 64 KiB of raw
+
+
+def _kept_raw_bytes() -> int:
+    value = _int("INBOUND_EMAIL_REJECTED_RAW_BYTES", KEPT_RAW_BYTES_MAX, minimum=0)
+    if value > KEPT_RAW_BYTES_MAX:
+        raise ImproperlyConfigured(
+            f"INBOUND_EMAIL_REJECTED_RAW_BYTES={value!r} must be at most {KEPT_RAW_BYTES_MAX}"
+        )
+    return value
+
+
 def get_config() -> Config:
     """The validated settings; raises ImproperlyConfigured naming the first bad one."""
     store_url = _str("INBOUND_EMAIL_STORE", "var/inbound_mail", required=True)
@@ -124,6 +143,7 @@ def get_config() -> Config:
         store_url=store_url,
         quarantine_prefix=quarantine_prefix,
         s3_timeout=_float("INBOUND_EMAIL_S3_TIMEOUT", 20, minimum=0, inclusive=False),
+        s3_read_deadline=_float("INBOUND_EMAIL_S3_READ_DEADLINE", 60, minimum=0, inclusive=False),
         max_per_run=_int("INBOUND_EMAIL_MAX_PER_RUN", 2000, minimum=1),
         max_bytes=_int("INBOUND_EMAIL_MAX_BYTES", 10 * 1024 * 1024, minimum=1),
         max_attempts=_int("INBOUND_EMAIL_MAX_ATTEMPTS", 5, minimum=1),
@@ -139,6 +159,7 @@ def get_config() -> Config:
         slack_api_url=_str("SLACK_API_URL", "https://slack.com/api/", required=True),
         slack_timeout=_float("SLACK_TIMEOUT", 10, minimum=0, inclusive=False),
         check_ses_verdicts=_check_ses_verdicts(store_url),
+        authserv_id=_str("INBOUND_EMAIL_AUTHSERV_ID", "amazonses.com", required=False).strip(),
         max_mime_parts=_int("INBOUND_EMAIL_MAX_MIME_PARTS", 100, minimum=1),
         max_mime_depth=_int("INBOUND_EMAIL_MAX_MIME_DEPTH", 20, minimum=1),
         max_headers=_int("INBOUND_EMAIL_MAX_HEADERS", 1000, minimum=1),
@@ -148,4 +169,7 @@ def get_config() -> Config:
         attachments_prefix=_attachments_prefix(quarantine_prefix),
         max_attachment_bytes=_int("INBOUND_EMAIL_MAX_ATTACHMENT_BYTES", 8 * 1024 * 1024, minimum=1),
         max_attachments=_int("INBOUND_EMAIL_MAX_ATTACHMENTS", 20, minimum=1),
+        max_html_depth=_int("INBOUND_EMAIL_MAX_HTML_DEPTH", 1000, minimum=1),
+        kept_raw_bytes=_kept_raw_bytes(),
+        retention_days=_float("INBOUND_RETENTION_DAYS", 30, minimum=0, inclusive=False),
     )

@@ -45,12 +45,14 @@ class InboundEmail(models.Model):
         HEADER_COUNT_LIMIT = "header_count_limit", "Too many header fields"
         HEADER_SIZE_LIMIT = "header_size_limit", "Header fields too large"
         TEXT_SIZE_LIMIT = "text_size_limit", "Text part too large"
+        HTML_DEPTH_LIMIT = "html_depth_limit", "HTML nested too deep"
         # SES verdicts (issue 10): DMARC failed, or with no DMARC verdict SPF and DKIM both did.
         UNAUTHENTICATED_SENDER = (
             "unauthenticated_sender",
             "Sender failed DMARC (or SPF+DKIM)",
         )
         VIRUS = "virus", "Virus found by SES"
+        SPAM = "spam", "Spam verdict FAIL from SES"
         # Deleted by someone else (an operator, an S3 lifecycle rule) while still to handle:
         # a reply lost unread, which an operator must hear about.
         VANISHED = "vanished", "Vanished from the store before it was read"
@@ -59,7 +61,9 @@ class InboundEmail(models.Model):
     store_key = models.CharField(max_length=1024, unique=True)
     etag = models.CharField(max_length=200, blank=True)
     size = models.BigIntegerField(default=0)
-    sha256 = models.CharField(max_length=64, blank=True, db_index=True)
+    # Not indexed (issue 21): nothing looks a mail up by it (duplicates go by `dedup_key`),
+    # and its two indexes (b-tree and LIKE) cost 160 bytes a row that a prune cannot give back.
+    sha256 = models.CharField(max_length=64, blank=True)
     # Message-ID (or sha256: when it has none); unique among originals -> duplicates rejected.
     dedup_key = models.CharField(max_length=600, blank=True)
     duplicate_of = models.ForeignKey(
@@ -117,6 +121,8 @@ class InboundEmail(models.Model):
         indexes = [
             models.Index(fields=["status", "next_attempt_at"]),
             models.Index(fields=["status", "created_at"]),
+            # The retention prune's scan (issue 21): finished rows, oldest first.
+            models.Index(fields=["status", "finished_at"], name="inbound_email_finished"),
         ]
         constraints = [
             models.UniqueConstraint(

@@ -27,10 +27,11 @@ from inbound_email.decoding import (
     decode_header_value,
     raw_to_str,
 )
-from inbound_email.html_text import html_to_text
+from inbound_email.html_text import html_text, html_to_text, quote_as_text
 from inbound_email.parse_limits import (
     LIMIT_REASONS,
     ParseLimits,
+    check_html_depth,
     check_text_bytes,
     header_block,
     limited_parser,
@@ -50,6 +51,7 @@ __all__ = [
 ]
 
 MAX_BODY_CHARS = 200_000  # decoded text kept for reply extraction and the admin view
+HIDDEN_TEXT_LABEL = "[text hidden in the HTML, never shown to the reader; not relayed:]"
 
 _MSGID_RE = re.compile(r"<([^<>\s]+)>")
 
@@ -110,26 +112,99 @@ def _is_attachment(part: Message) -> bool:
     return False
 
 
-def body_text(message: Message, *, limits: ParseLimits | None = None) -> str:
-    """The first text/plain part that is not an attachment, else the first text/html as text."""
-    plain = html_part = None
-    for part in message.walk():
-        if part.is_multipart() or _is_attachment(part):
+@dataclass(frozen=True)
+class Body:
+    """The body of a mail as the reply handler reads it."""
+
+    text: str  # what the admin shows: the text read, quoted history included
+    reply_source: str  # what the reply splitter reads (an HTML part: its visible new text)
+    quoted: str = ""  # quoted history the client marked in its HTML ("> "-quoted)
+    hidden: str = ""  # text hidden in the HTML: never an instruction
+
+
+def _html_alternative(alternative: Message) -> Message | None:
+    """The HTML version in a multipart/alternative (the last, as RFC 2046 orders them by
+    preference), also inside a multipart/related (HTML with its inline images)."""
+    found = None
+    children = alternative.get_payload()
+    for child in children if isinstance(children, list) else []:
+        if _is_attachment(child):
+            continue
+        ctype = _content_type(child)
+        if ctype == "text/html":
+            found = child
+        elif ctype == "multipart/related":
+            related = child.get_payload()
+            found = next(
+                (
+                    c
+                    for c in (related if isinstance(related, list) else [])
+                    if _content_type(c) == "text/html" and not _is_attachment(c)
+                ),
+                found,
+            )
+    return found
+
+
+def _body_part(message: Message) -> Message | None:
+    """The part a reader sees as the body: the first text part in document order that is
+    not an attachment nor inside an attached message; when it is one of the versions of a
+    multipart/alternative, that alternative's HTML version (what a client shows)."""
+    stack: list[tuple[Message, Message | None]] = [(message, None)]
+    while stack:
+        part, parent = stack.pop()
+        if _is_attachment(part):
             continue
         ctype = _content_type(part)
-        if ctype == "text/plain" and plain is None:
-            plain = part
-        elif ctype == "text/html" and html_part is None:
-            html_part = part
+        if part.is_multipart():
+            if part is not message and ctype == "message/rfc822":
+                continue  # an attached mail is not the reply's body
+            children = part.get_payload()
+            if isinstance(children, list):
+                stack.extend((child, part) for child in reversed(children))
+            continue
+        if ctype not in ("text/plain", "text/html"):
+            continue
+        if parent is not None and _content_type(parent) == "multipart/alternative":
+            return _html_alternative(parent) or part
+        return part
+    return None
+
+
+def body_parts(message: Message, *, limits: ParseLimits | None = None) -> Body:
+    """The body a reader sees (issue 21: only visible text is an instruction).
+
+    The first text part that is not an attachment; when it comes with an HTML version
+    (multipart/alternative), the HTML: a client shows that and never its plain-text twin,
+    so the twin may say something the PI never saw, and the HTML is where the clients mark
+    their quoted history (`html_text`), kept apart by structure instead of by plain-text
+    heuristics. An attached mail (message/rfc822) is never the body. Never raises on
+    malformed mail.
+    """
+    body = _body_part(message)
+    ctype = _content_type(body) if body is not None else ""
+    html_part = body if ctype == "text/html" else None
+    plain = body if ctype == "text/plain" else None
     limits = limits or ParseLimits.from_settings()
-    if plain is not None:
-        text = _part_text(plain, limits)
-    elif html_part is not None:
-        text = html_to_text(_part_text(html_part, limits))
-    else:
-        text = ""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    return clean_text(text)[:MAX_BODY_CHARS]
+    if html_part is not None:
+        markup = _part_text(html_part, limits)
+        check_html_depth(markup, limits)  # a parser's cost grows with the nesting
+        parts = html_text(markup)
+        visible = _clean(parts.visible)
+        quoted = _clean(quote_as_text(parts.quoted))
+        text = (visible.rstrip() + "\n\n" + quoted) if quoted else visible
+        return Body(text[:MAX_BODY_CHARS], visible, quoted, _clean(parts.hidden))
+    text = _clean(_part_text(plain, limits)) if plain is not None else ""
+    return Body(text, text)
+
+
+def _clean(text: str) -> str:
+    return clean_text(text.replace("\r\n", "\n").replace("\r", "\n"))[:MAX_BODY_CHARS]
+
+
+def body_text(message: Message, *, limits: ParseLimits | None = None) -> str:
+    """The body as the admin shows it (`body_parts(...).text`)."""
+    return body_parts(message, limits=limits).text
 
 
 @dataclass(frozen=True)
@@ -205,10 +280,24 @@ class ParsedMail:
     reply_text: str = ""
     attachments: list[MailAttachment] = field(default_factory=list)  # parse_mail only
 
+    # From an HTML body (issue 21): what the reply splitter reads (None: `text`), the quoted
+    # history the client marked, and text hidden from the reader (never an instruction).
+    reply_source: str | None = None
+    quoted_text: str = ""
+    hidden_text: str = ""
+
     @cached_property
     def reply_split(self) -> ReplySplit:
-        """`reply_text` and what was stripped from `text` to get it (see split_reply_text)."""
-        return split_reply_text(self.text)
+        """`reply_text` and what was stripped to get it (see split_reply_text). The quoted
+        history an HTML client marked, and text hidden in the HTML (labelled), are kept
+        with what was stripped; neither is relayed or counted in `cut_lines` (the client
+        marked one as the mail answered; the PI never saw the other)."""
+        split = split_reply_text(self.text if self.reply_source is None else self.reply_source)
+        hidden = (
+            f"{HIDDEN_TEXT_LABEL}\n{self.hidden_text.strip()}" if self.hidden_text.strip() else ""
+        )
+        stripped = "\n\n".join(p for p in (split.stripped, self.quoted_text.strip(), hidden) if p)
+        return ReplySplit(split.reply, stripped, split.cut_lines)
 
     def header(self, name: str) -> str:
         name = name.lower()
@@ -245,8 +334,12 @@ def parse_mail(raw: bytes, *, limits: ParseLimits | None = None) -> ParsedMail:
     header_block(raw, limits)  # a header block past the limit is refused unparsed
     message = limited_parser(limits).parsebytes(raw)
     parsed = _from_headers(message)
-    parsed.text = body_text(message, limits=limits)
-    parsed.reply_text = extract_reply(parsed.text)
+    body = body_parts(message, limits=limits)
+    parsed.text = body.text
+    if body.reply_source != body.text:
+        parsed.reply_source = body.reply_source
+    parsed.quoted_text, parsed.hidden_text = body.quoted, body.hidden
+    parsed.reply_text = parsed.reply_split.reply
     parsed.attachments = mail_attachments(message, body_max_bytes=MAX_BODY_CHARS)
     return parsed
 

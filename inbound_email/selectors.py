@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, F, Func, IntegerField, Min, QuerySet
 from django.db.models.functions import TruncHour
 
 from inbound_email.models import InboundEmail, Reply
@@ -56,3 +56,20 @@ def inbound_received_per_hour(*, since: datetime) -> dict[str, dict[datetime, in
     for row in rows:
         series.setdefault(row["status"], {})[row["hour"]] = row["n"]
     return series
+
+
+def inbound_email_raw_kept_bytes(*, inbound_email_id: int) -> int | None:
+    """How many raw bytes the row keeps (None: none), without loading them (the admin shows
+    when a rejected mail kept only its first bytes)."""
+    return (
+        InboundEmail.objects.filter(pk=inbound_email_id)
+        .annotate(kept=Func(F("raw"), function="octet_length", output_field=IntegerField()))
+        .values_list("kept", flat=True)
+        .first()
+    )
+
+
+def inbound_quarantine_oldest() -> datetime | None:
+    """When the longest-waiting quarantined mail was quarantined (None: none is): quarantined
+    mail is kept until an operator acts, so its age is what the health page shows."""
+    return inbound_emails_quarantined().aggregate(oldest=Min("finished_at"))["oldest"]

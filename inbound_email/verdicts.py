@@ -16,12 +16,18 @@ scanning receipt rule. Even then a forged verdict gains the sender nothing: a PA
 the mail to the usual checks (token, notified sender), where it would be with the check off,
 and a FAIL only rejects the sender's own mail.
 
-`Authentication-Results` carries the same verdicts in free form, with comments that echo
-sender-chosen text (the From domain, the envelope sender); it is not read: the X-SES fields
-say the same in one word.
+`Authentication-Results` (RFC 8601) carries the same checks in free form. Only the topmost
+field is read, and only when its authserv-id is the receiving host's
+(`INBOUND_EMAIL_AUTHSERV_ID`, SES writes `amazonses.com`): the receiver prepends its field,
+so a field below it, or one naming another host, was written by someone else (RFC 8601
+section 5). Its `dmarc=` result counts next to `X-SES-DMARC-Verdict` (issue 21). Comments,
+which echo sender-chosen text (the envelope sender, the HELO name), are removed before the
+field is split, so a `;` or `dmarc=fail` inside one is never read. Parsed by hand: `authres`,
+the RFC 8601 library, refuses SES's own field (`client-ip=`, `envelope-from=` are not RFC
+8601 properties) with a syntax error.
 
-Pure: header pairs in, `SesVerdicts` out. The policy (what a verdict means for the mail) is
-`services.acceptance.screen_ses_verdicts`.
+Pure: header pairs in, `SesVerdicts` (and the A-R `dmarc` result) out. The policy (what a
+verdict means for the mail) is `services.acceptance.screen_ses_verdicts`.
 """
 
 from __future__ import annotations
@@ -88,3 +94,79 @@ def read_ses_verdicts(headers: Iterable[tuple[str, str]]) -> SesVerdicts:
         if field is not None and field not in found:
             found[field] = normalise_verdict(value)
     return SesVerdicts(**found)
+
+
+def _strip_comments(value: str) -> str:
+    """The field without its RFC 5322 comments (nested parentheses; quoted strings and
+    backslash escapes respected); an unclosed comment runs to the end."""
+    out: list[str] = []
+    depth = 0
+    quoted = escaped = False
+    for char in value:
+        if escaped:
+            escaped = False
+            if depth == 0:
+                out.append(char)
+            continue
+        if char == "\\":
+            escaped = True
+            if depth == 0:
+                out.append(char)
+            continue
+        if quoted:
+            quoted = char != '"'
+            out.append(char)
+        elif char == "(":
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+        elif depth == 0:
+            quoted = char == '"'
+            out.append(char)
+    return "".join(out)
+
+
+def _split_outside_quotes(value: str) -> list[str]:
+    parts, current, quoted = [], [], False
+    for char in value:
+        if char == '"':
+            quoted = not quoted
+        if char == ";" and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+    parts.append("".join(current))
+    return parts
+
+
+_RESULT_RE = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:/\s*\d+\s*)?=\s*([A-Za-z]+)")
+
+
+def read_authentication_results_dmarc(
+    headers: Iterable[tuple[str, str]], *, authserv_id: str
+) -> str:
+    """The `dmarc=` result ("fail", "pass", "none", …, lower case) of the topmost
+    Authentication-Results field, when that field is the receiving host's (`authserv_id`,
+    compared case-insensitively); "" when there is no such field, it names another host, or it
+    has no dmarc result. Any `dmarc=fail` among several dmarc results is "fail"."""
+    if not authserv_id.strip():
+        return ABSENT
+    topmost = next(
+        (value for name, value in headers if name.strip().lower() == "authentication-results"),
+        None,
+    )
+    if topmost is None:
+        return ABSENT
+    pieces = _split_outside_quotes(_strip_comments(topmost))
+    host = pieces[0].split()
+    if not host or host[0].lower() != authserv_id.strip().lower():
+        return ABSENT
+    results = []
+    for piece in pieces[1:]:
+        match = _RESULT_RE.match(piece)
+        if match and match.group(1).lower() == "dmarc":
+            results.append(match.group(2).lower())
+    if "fail" in results:
+        return "fail"
+    return results[0] if results else ABSENT

@@ -28,6 +28,7 @@ class Config:
     cluster_workers: int  # Q_CLUSTER["workers"]: django-q2 worker processes per cluster
     db_is_embedded: bool  # DB_IS_EMBEDDED: DATABASE_URL unset, the embedded PostgreSQL
     metrics_token: str  # METRICS_TOKEN: bearer token of /metrics; empty: the endpoint is off
+    task_retention_days: float  # Q_TASK_RETENTION_DAYS: django-q2 task results kept (days)
 
 
 def _str(name: str, default: str) -> str:
@@ -52,6 +53,13 @@ def _token(value: Any) -> str:
     return value
 
 
+def _days(name: str, default: float) -> float:
+    value = getattr(settings, name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ImproperlyConfigured(f"{name}={value!r} must be a number of days above 0")
+    return float(value)
+
+
 @cache  # cleared whenever a setting changes (override_settings, pytest's settings fixture)
 def get_config() -> Config:
     var_dir = getattr(settings, "VAR_DIR", None)
@@ -67,6 +75,7 @@ def get_config() -> Config:
         cluster_workers=_workers(getattr(settings, "Q_CLUSTER", {})),
         db_is_embedded=bool(getattr(settings, "DB_IS_EMBEDDED", False)),
         metrics_token=_token(getattr(settings, "METRICS_TOKEN", "")),
+        task_retention_days=_days("Q_TASK_RETENTION_DAYS", 30),
     )
 
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from canonical_ids.models import WriterSlotLease
 from inbound_email.models import InboundEmail, Reply
-from inbound_email.selectors import inbound_received_per_hour
+from inbound_email.selectors import inbound_quarantine_oldest, inbound_received_per_hour
 from jobs.models import Job
 from jobs.selectors import jobs_due, jobs_finished_per_minute
 from notifications.models import EmailNotification
@@ -72,7 +72,7 @@ def worker_health(*, now: datetime | None = None) -> Health:
     health = Health(status=status, generated_at=now)
     health.sections = [
         _jobs_section(status, now),
-        _mail_section(status),
+        _mail_section(status, now),
         _notifications_section(status),
         Section(
             "Writer slots",
@@ -120,14 +120,21 @@ def _jobs_section(status: WorkerStatus, now: datetime) -> Section:
     return Section("Job queue", tuple(tiles))
 
 
-def _mail_section(status: WorkerStatus) -> Section:
+def _mail_section(status: WorkerStatus, now: datetime) -> Section:
     by_status = status.inbound_by_status
+    oldest_quarantined = inbound_quarantine_oldest()
     tiles = [
         Tile(
             InboundEmail.Status(value).label,
             by_status.get(value, 0),
             changelist(InboundEmail, status__exact=value),
             alert=value == InboundEmail.Status.QUARANTINED and bool(by_status.get(value)),
+            # Quarantined mail is kept until an operator acts (never pruned): its age shows.
+            note=(
+                f"oldest {_age(now - oldest_quarantined)}"
+                if value == InboundEmail.Status.QUARANTINED and oldest_quarantined
+                else ""
+            ),
         )
         for value in InboundEmail.Status.values
     ]
@@ -146,6 +153,18 @@ def _mail_section(status: WorkerStatus) -> Section:
         ),
     ]
     return Section("Inbound mail", tuple(tiles))
+
+
+def _age(age: timedelta) -> str:
+    """ "3 d 4 h", "5 h 12 min", "7 min": how long a mail has waited for an operator."""
+    minutes = max(int(age.total_seconds() // 60), 0)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h"
+    if hours:
+        return f"{hours} h {minutes} min"
+    return f"{minutes} min"
 
 
 def _notifications_section(status: WorkerStatus) -> Section:

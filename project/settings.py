@@ -177,7 +177,10 @@ Q_CLUSTER = {
     "max_attempts": 1,
     "ack_failures": True,
     "catch_up": False,
-    "save_limit": env_int("Q_SAVE_LIMIT", 250, minimum=0),
+    # Successful task results kept (django-q2 deletes the oldest past it; 0 would keep all).
+    # Failures are never capped by django-q2: ops.tasks.prune_task_history deletes task
+    # results of either kind older than Q_TASK_RETENTION_DAYS (issue 21).
+    "save_limit": env_int("Q_SAVE_LIMIT", 250, minimum=1),
     "poll": env_float("Q_POLL", 0.2, minimum=0.05),  # seconds between ORM broker polls
     "label": "Django Q2",
     # Refuses, records and deletes every broker row naming a function outside the allowlist
@@ -187,6 +190,8 @@ Q_CLUSTER = {
     # in code (ops/task_guard.py), before a worker imports anything (issue 19).
     "sync": env_bool("Q_SYNC", False),
 }
+
+Q_TASK_RETENTION_DAYS = env_float("Q_TASK_RETENTION_DAYS", 30, minimum=0.001)
 
 # --- shared: outgoing Reply-To (notifications) and token lookup (inbound email) ------------
 INBOUND_REPLY_ADDRESS = env_str("INBOUND_REPLY_ADDRESS", "replies@reply.localhost")
@@ -248,6 +253,10 @@ INBOUND_EMAIL_MAX_PER_RUN = env_int("INBOUND_EMAIL_MAX_PER_RUN", 2000, minimum=1
 # a hung S3 must fail the call well inside the poll task's timeout, not after botocore's
 # default 60 s x 5 tries.
 INBOUND_EMAIL_S3_TIMEOUT = env_float("INBOUND_EMAIL_S3_TIMEOUT", 20, minimum=1)
+# Seconds one mail's GetObject may take in all, its body included (issue 21): the timeout
+# above bounds each read, not a body that trickles in; past this the read is abandoned and
+# the mail retried after the backoff.
+INBOUND_EMAIL_S3_READ_DEADLINE = env_float("INBOUND_EMAIL_S3_READ_DEADLINE", 60, minimum=1)
 INBOUND_EMAIL_MAX_BYTES = env_int("INBOUND_EMAIL_MAX_BYTES", 10 * 1024 * 1024, minimum=1024)
 INBOUND_EMAIL_MAX_ATTEMPTS = env_int("INBOUND_EMAIL_MAX_ATTEMPTS", 5, minimum=1)  # then quarantine
 INBOUND_EMAIL_RETRY_BASE_SECONDS = env_float("INBOUND_EMAIL_RETRY_BASE_SECONDS", 30, minimum=0)
@@ -267,6 +276,9 @@ INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES = env_int(  # all header fields together, r
 INBOUND_EMAIL_MAX_TEXT_BYTES = env_int(  # the text part used, after transfer decoding
     "INBOUND_EMAIL_MAX_TEXT_BYTES", 1024 * 1024, minimum=1024
 )
+# Block elements nested at once in the HTML part (issue 21): an HTML parser costs the depth
+# for each nested <div>; deeper mail is quarantined html_depth_limit, unparsed.
+INBOUND_EMAIL_MAX_HTML_DEPTH = env_int("INBOUND_EMAIL_MAX_HTML_DEPTH", 1000, minimum=10)
 # SES verdicts (issue 10): reject a reply that failed DMARC (or, without a DMARC verdict, SPF
 # and DKIM), quarantine a mail with a virus. Unset: on for an s3:// store, off for a folder.
 INBOUND_EMAIL_CHECK_SES_VERDICTS = (
@@ -274,7 +286,15 @@ INBOUND_EMAIL_CHECK_SES_VERDICTS = (
     if env_str("INBOUND_EMAIL_CHECK_SES_VERDICTS", "").strip()
     else None
 )
+# The receiving host's authserv-id (issue 21): with the verdict check on, a dmarc=fail in the
+# topmost Authentication-Results naming this host rejects the reply. Empty: not read.
+INBOUND_EMAIL_AUTHSERV_ID = env_str("INBOUND_EMAIL_AUTHSERV_ID", "amazonses.com")
 MAX_REPLIES_PER_TOKEN_PER_HOUR = env_int("MAX_REPLIES_PER_TOKEN_PER_HOUR", 5, minimum=1)
+# Retention (issue 21): a rejected mail keeps its headers and the first bytes of its raw
+# source (at most 64 KiB), the rest dropped at once; finished rows older than the retention
+# (days; as Rails' Action Mailbox incinerates) are pruned hourly, quarantined mail never.
+INBOUND_EMAIL_REJECTED_RAW_BYTES = env_int("INBOUND_EMAIL_REJECTED_RAW_BYTES", 64 * 1024, minimum=0)
+INBOUND_RETENTION_DAYS = env_float("INBOUND_RETENTION_DAYS", 30, minimum=0.001)
 # Instruction relay (outbox): attempts to post to Slack before the instruction falls back to
 # the database inbox and is flagged for an operator; backoff between attempts (seconds).
 INBOUND_RELAY_MAX_ATTEMPTS = env_int("INBOUND_RELAY_MAX_ATTEMPTS", 6, minimum=1)

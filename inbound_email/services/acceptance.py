@@ -65,27 +65,39 @@ class Quarantine:
 Decision = Accept | Reject
 
 
-def screen_ses_verdicts(verdicts: SesVerdicts) -> Reject | Quarantine | None:
+def screen_ses_verdicts(
+    verdicts: SesVerdicts, *, auth_results_dmarc: str = ""
+) -> Reject | Quarantine | None:
     """What SES's verdicts say about the mail, before anything else is looked at.
 
     A virus FAIL is quarantined (kept for an operator, whatever else the mail is). DMARC
     decides whether the From is authentic when it has a verdict (PASS means an aligned SPF or
-    DKIM pass, so a PASS accepts even if one of them failed); without one (absent, GRAY = the
-    domain publishes no policy, PROCESSING_FAILED, unreadable) the mail is rejected only when
-    SPF *and* DKIM both failed: one failing alone is common for genuine mail (forwarding breaks
-    SPF, mailing lists break DKIM). A spam verdict is not acted on: short replies are often
-    scored as spam, and a forged reply is caught by the token, the sender and DMARC. No
-    verdicts at all: nothing to go on, the usual checks decide.
+    DKIM pass, so a PASS accepts even if one of them failed); a `dmarc=fail` in the receiving
+    host's topmost Authentication-Results (`auth_results_dmarc`, `verdicts.py`) rejects the
+    same way. Without a DMARC verdict (absent, GRAY = the domain publishes no policy,
+    PROCESSING_FAILED, unreadable) the mail is rejected only when SPF *and* DKIM both failed:
+    one failing alone is common for genuine mail (forwarding breaks SPF, mailing lists break
+    DKIM). A spam verdict FAIL rejects (issue 21): what SES scores as spam is not acted on
+    as a PI's instruction; the raw source is kept for an operator who thinks otherwise. No
+    verdicts at all: nothing to go on, the usual checks decide. None of these rejections
+    earns a notice (the From may be forged).
     """
     if verdicts.virus == FAIL:
         return Quarantine(Reason.VIRUS, verdicts.describe("virus"))
     if verdicts.dmarc == FAIL:
         return Reject(Reason.UNAUTHENTICATED_SENDER, "DMARC failed: " + verdicts.describe("dmarc"))
+    if auth_results_dmarc == "fail":
+        return Reject(
+            Reason.UNAUTHENTICATED_SENDER,
+            "DMARC failed: dmarc=fail in the receiving host's Authentication-Results",
+        )
     if verdicts.dmarc != PASS and verdicts.spf == FAIL and verdicts.dkim == FAIL:
         return Reject(
             Reason.UNAUTHENTICATED_SENDER,
             "SPF and DKIM failed, no DMARC verdict: " + verdicts.describe("spf", "dkim", "dmarc"),
         )
+    if verdicts.spam == FAIL:
+        return Reject(Reason.SPAM, "SES scored it as spam: " + verdicts.describe("spam"))
     return None
 
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from inbound_email.exceptions import MailNotInState
 from inbound_email.models import InboundEmail, Reply, ReplyAttachment
+from inbound_email.services.ledger import raw_is_cut
 from inbound_email.services.store_sync import store_delete_quietly
 from inbound_email.stores import MailStore, default_store
 
@@ -53,6 +54,11 @@ def inbound_email_reprocess(*, inbound_email_id: int, store: MailStore | None = 
     store = store or default_store()
     with transaction.atomic():
         row = _lock_settled_mail(inbound_email_id)
+        if raw_is_cut(row):
+            raise MailNotInState(
+                f"mail #{row.pk} kept only the first {len(row.raw)} of its {row.size} bytes "
+                "(rejected mail is cut): it cannot be reprocessed; download what is kept"
+            )
         data = inbound_email_raw(inbound_email=row, store=store)
         store.put(row.store_key, data)  # under the row lock: no poller finalizes it meanwhile
         if row.quarantine_key:

@@ -63,7 +63,7 @@ from inbound_email.services.ledger import (
 from inbound_email.services.notices import rejection_notice
 from inbound_email.services.relay import reply_relay_enqueue
 from inbound_email.stores import MailStore, StoredObject, sha256_hex
-from inbound_email.verdicts import read_ses_verdicts
+from inbound_email.verdicts import read_authentication_results_dmarc, read_ses_verdicts
 from notifications.models import EmailNotification
 from notifications.reply_address import token_from_address
 from notifications.services import notification_unsubscribe
@@ -296,9 +296,13 @@ def _delivery_report(row: InboundEmail, mail: ParsedMail, raw: bytes, now: datet
 
 def _ses_verdict(row: InboundEmail, mail: ParsedMail) -> Reject | Quarantine | None:
     """SES's verdicts from the header block, when the check is on (`verdicts.py`)."""
-    if not get_config().check_ses_verdicts:
+    config = get_config()
+    if not config.check_ses_verdicts:
         return None
     verdicts = read_ses_verdicts(mail.headers)
+    auth_results_dmarc = read_authentication_results_dmarc(
+        mail.headers, authserv_id=config.authserv_id
+    )
     if not verdicts.any_present():
         # Scanning off in the receipt rule, or not SES: nothing to check, and a sender's own
         # X-SES fields would be the topmost ones; an operator should know, not guess.
@@ -307,7 +311,7 @@ def _ses_verdict(row: InboundEmail, mail: ParsedMail) -> Reject | Quarantine | N
             row.pk,
             extra={"action": "ses_verdicts_missing", "mail_key": row.store_key},
         )
-    return screen_ses_verdicts(verdicts)
+    return screen_ses_verdicts(verdicts, auth_results_dmarc=auth_results_dmarc)
 
 
 def _map_mail(row: InboundEmail, mail: ParsedMail) -> None:
@@ -321,12 +325,20 @@ def _map_mail(row: InboundEmail, mail: ParsedMail) -> None:
     row.body_text = mail.text[:100_000]
 
 
+_FIELDS_BUT_RAW = [
+    f.name for f in InboundEmail._meta.concrete_fields if not f.primary_key and f.name != "raw"
+]
+
+
 def _dedupe(row: InboundEmail, mail: ParsedMail) -> InboundEmail | None:
     """Save the parsed row claiming its Message-ID; return the original if another row has it."""
     row.dedup_key = (mail.message_id or f"sha256:{row.sha256}")[:600]
     try:
         with transaction.atomic():
-            row.save()  # the partial unique index decides, also between concurrent pollers
+            # The partial unique index decides, also between concurrent pollers. The raw
+            # bytes are written once, by the outcome's save (cut for a rejected mail): a
+            # full copy written here would stay in the table as a dead version until vacuum.
+            row.save(update_fields=_FIELDS_BUT_RAW)
         return None
     except IntegrityError:
         original = (

@@ -43,7 +43,8 @@ def mail_finish(
 ) -> None:
     """A terminal outcome; processed and discarded mail drop their raw bytes (the admin keeps
     them only for mail an operator may still want to read or reprocess), unless `keep_raw`:
-    content of the mail was not fully handled (an attachment kept only in the raw)."""
+    content of the mail was not fully handled (an attachment kept only in the raw); rejected
+    mail keeps its headers and the first bytes of its raw source (`mail_cut_raw`)."""
     row.status = status
     row.reason = reason
     row.detail = detail[:2000]
@@ -51,7 +52,33 @@ def mail_finish(
     row.next_attempt_at = None
     if status in (Status.PROCESSED, Status.DISCARDED) and not keep_raw:
         row.raw = None
+    elif status == Status.REJECTED:
+        mail_cut_raw(row)
     row.save()
+
+
+def mail_cut_raw(row: InboundEmail) -> None:
+    """Keep a rejected mail's decoded headers and at most the first
+    `INBOUND_EMAIL_REJECTED_RAW_BYTES` (64 KiB) of its raw source; the rest is dropped now,
+    not at the retention's end (issue 21: junk kept up to 10 MiB each before). `size` stays
+    the mail's full size, so the cut shows (`raw_is_cut`) and a cut mail is never
+    reprocessed from its first bytes. The body text shown in the admin is cut to the same."""
+    keep = get_config().kept_raw_bytes
+    if row.raw is not None and len(row.raw) > keep:
+        row.raw = bytes(row.raw[:keep])
+        logger.info(
+            "mail #%s: raw source cut to its first %s of %s bytes (rejected)",
+            row.pk,
+            keep,
+            row.size,
+            extra={"action": "mail_raw_cut", "mail_key": row.store_key},
+        )
+    row.body_text = row.body_text[:keep]
+
+
+def raw_is_cut(row: InboundEmail) -> bool:
+    """The row keeps only the first bytes of its raw source (a rejected mail, issue 21)."""
+    return row.raw is not None and len(row.raw) < row.size
 
 
 def mail_reject(row: InboundEmail, reason: str, detail: str, now: datetime) -> None:

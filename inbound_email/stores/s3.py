@@ -8,7 +8,9 @@ and tries (a hung S3 must not outlive the poll task).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
+from http.client import HTTPException
 from typing import Any
 
 import boto3
@@ -52,6 +54,49 @@ def s3_client(timeout: float) -> Any:
             retries={"total_max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"},
         ),
     )
+
+
+READ_CHUNK_BYTES = 64 * 1024
+
+
+def read_body(response: dict[str, Any], *, deadline: float, description: str) -> bytes:
+    """The body of a GetObject answer, abandoned at `deadline` (time.monotonic()).
+
+    botocore's read timeout bounds each socket read, not the body: a body that trickles in
+    (a byte every few seconds) never trips it and could hold the poll for hours (issue 21).
+    The body is read with `read1` (at most one socket read each, so one call returns within
+    the read timeout) and the clock is checked between reads; past the deadline the read is
+    abandoned as a transient StoreError, so the mail is retried after the backoff, never
+    lost (its object stays in the intake). A body shorter than its Content-Length is an
+    error too (botocore's own check is bypassed by reading the stream directly).
+    """
+    body = response["Body"]
+    stream = getattr(body, "_raw_stream", body)  # botocore's StreamingBody wraps urllib3's
+    read_once = getattr(stream, "read1", None) or stream.read
+    expected = response.get("ContentLength")
+    chunks: list[bytes] = []
+    received = 0
+    try:
+        while True:
+            if time.monotonic() > deadline:
+                raise StoreError(
+                    f"{description} abandoned at its total deadline "
+                    f"(INBOUND_EMAIL_S3_READ_DEADLINE) after {received} of "
+                    f"{expected if expected is not None else '?'} bytes: the body trickled in",
+                    transient=True,
+                )
+            chunk = read_once(READ_CHUNK_BYTES)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            received += len(chunk)
+    finally:
+        body.close()
+    if expected is not None and received != int(expected):
+        raise StoreError(
+            f"{description}: {received} bytes received, {expected} announced", transient=True
+        )
+    return b"".join(chunks)
 
 
 class S3Store:
@@ -144,10 +189,15 @@ class S3Store:
         return new_key
 
     def get(self, key: str) -> bytes:
+        started = time.monotonic()
         response = self._call(key, self.client.get_object, Bucket=self.bucket, Key=key)
         try:
-            return response["Body"].read()
-        except (BotoCoreError, OSError) as exc:
+            return read_body(
+                response,
+                deadline=started + get_config().s3_read_deadline,
+                description=f"S3 read of {key}",
+            )
+        except (BotoCoreError, OSError, HTTPException) as exc:
             raise StoreError(f"S3 read of {key} failed: {exc}", transient=True) from exc
 
     get_quarantined = get

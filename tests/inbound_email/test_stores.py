@@ -7,18 +7,27 @@ import os
 
 import boto3
 import pytest
+from django.utils import timezone
 from moto.server import ThreadedMotoServer
 
 from inbound_email.exceptions import InvalidStoreUrl, StoreError
-from inbound_email.models import InboundEmail
+from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
-from inbound_email.stores import S3_MAX_ATTEMPTS, FolderStore, S3Store, store_from_url
+from inbound_email.services.intake import inbound_email_handle, inbound_email_register
+from inbound_email.stores import (
+    S3_MAX_ATTEMPTS,
+    FolderStore,
+    S3Store,
+    StoredObject,
+    store_from_url,
+)
 from tests.support.mail import build_mail
 from tests.support.processes import child_env, manage_py
 from tests.support.silent_server import SilentServer
 from tests.support.stores import BUCKET, PREFIX
 from tests.support.stores import key as intake_key
 from tests.support.threads import run_side_by_side
+from tests.support.trickle_server import TrickleServer
 
 
 def keys(store) -> list[str]:
@@ -180,3 +189,63 @@ def test_stored_attachments_are_never_listed_as_intake_mail(request, settings, w
     store.put("attachments/7/1-report.pdf", b"%PDF")
     assert keys(store) == [intake_key(store, "m")]
     assert store.get("attachments/7/1-report.pdf") == b"%PDF"
+
+
+def test_an_s3_body_that_trickles_in_is_abandoned_at_the_total_deadline(
+    settings, aws_env, monkeypatch
+):
+    """Issue 21: the read timeout bounds each read, and a body that sends a byte every 50 ms
+    never trips it; the whole 100 KB would take over an hour. The read is abandoned at
+    INBOUND_EMAIL_S3_READ_DEADLINE as a transient error (retried later, never lost)."""
+    settings.INBOUND_EMAIL_S3_TIMEOUT = 5
+    settings.INBOUND_EMAIL_S3_READ_DEADLINE = 1
+    body = build_mail() + b"x" * 100_000
+    with TrickleServer(body, chunk=1, interval=0.05) as server:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+        store = store_from_url(f"s3://{BUCKET}/{PREFIX}")
+        # A hang guard, not a timing assertion: still reading after 60 s is a TimeoutError.
+        errors = run_side_by_side(lambda: store.get(f"{PREFIX}m1"), copies=1, timeout=60)
+        sent = server.bytes_sent
+
+    assert len(errors) == 1, errors
+    assert isinstance(errors[0], StoreError) and errors[0].transient, errors
+    assert "total deadline" in str(errors[0])
+    assert sent < len(body)  # abandoned, not read to the end
+
+
+def test_an_s3_body_that_arrives_normally_is_read_whole_and_checked(settings, aws_env, monkeypatch):
+    body = build_mail() + b"y" * 300_000
+    with TrickleServer(body) as server:
+        server.fast = True
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+        store = store_from_url(f"s3://{BUCKET}/{PREFIX}")
+        assert store.get(f"{PREFIX}m1") == body
+
+
+@pytest.mark.django_db
+def test_a_mail_whose_s3_body_trickles_is_retried_later_not_lost(
+    settings, aws_env, monkeypatch, notification
+):
+    """The abandoned read counts as a transient failure: the row stays `received` with the
+    error recorded and its object untouched; once S3 answers normally, the reply is handled."""
+    settings.INBOUND_EMAIL_S3_TIMEOUT = 5
+    settings.INBOUND_EMAIL_S3_READ_DEADLINE = 1
+    raw = build_mail(token=notification.token, body="4")
+    key = f"{PREFIX}slow"
+    with TrickleServer(raw, chunk=1, interval=0.05) as server:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
+        store = store_from_url(f"s3://{BUCKET}/{PREFIX}")
+        row = inbound_email_register(objects=[StoredObject(key, len(raw), "trickle")])[key]
+
+        first = inbound_email_handle(inbound_email_id=row.pk, store=store)
+        row.refresh_from_db()
+        assert (first.status, row.attempts) == (InboundEmail.Status.RECEIVED, 1)
+        assert "total deadline" in row.last_error
+        assert row.raw is None  # nothing half-read was kept as if it were the mail
+
+        server.fast = True  # S3 recovered
+        InboundEmail.objects.filter(pk=row.pk).update(next_attempt_at=timezone.now())
+        second = inbound_email_handle(inbound_email_id=row.pk, store=store)
+
+    assert second.status == InboundEmail.Status.PROCESSED
+    assert Reply.objects.get(inbound_email_id=row.pk).rating == 4

@@ -17,7 +17,11 @@ import pytest
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
 from inbound_email.services.acceptance import Quarantine, Reject, screen_ses_verdicts
-from inbound_email.verdicts import SesVerdicts, read_ses_verdicts
+from inbound_email.verdicts import (
+    SesVerdicts,
+    read_authentication_results_dmarc,
+    read_ses_verdicts,
+)
 from jobs import run_pending
 from notifications.models import EmailNotification
 from tests.support.mail import build_mail
@@ -146,9 +150,99 @@ def test_only_a_virus_fail_quarantines(virus):
     assert screen_ses_verdicts(SesVerdicts(virus=virus)) is None
 
 
-def test_a_spam_verdict_alone_does_not_reject():
-    """Spam scoring misjudges short replies; token, sender and DMARC already decide."""
-    assert screen_ses_verdicts(SesVerdicts(spam="FAIL", dmarc="PASS")) is None
+def test_a_spam_verdict_fail_rejects_with_its_own_reason():
+    """Issue 21: what SES scores as spam is not acted on, even from an authenticated sender."""
+    decision = screen_ses_verdicts(SesVerdicts(spam="FAIL", dmarc="PASS"))
+    assert isinstance(decision, Reject)
+    assert decision.reason == Reason.SPAM
+    assert "X-SES-Spam-Verdict: FAIL" in decision.detail
+
+
+@pytest.mark.parametrize("spam", ["PASS", "GRAY", "PROCESSING_FAILED", "", "UNKNOWN"])
+def test_only_a_spam_fail_rejects(spam):
+    assert screen_ses_verdicts(SesVerdicts(spam=spam, dmarc="PASS")) is None
+
+
+# --- Authentication-Results (pure) ------------------------------------------------------------
+
+# The field SES writes on every mail it receives (the comment is SES's; the envelope sender and
+# HELO name in it are whatever the sending host said).
+SES_AR = (
+    "amazonses.com;\r\n spf=pass (spf: domain of university.example designates 192.0.2.7 as"
+    " permitted sender) client-ip=192.0.2.7; envelope-from=pi@university.example;"
+    " helo=mail.university.example;\r\n dkim=pass header.i=@university.example;\r\n"
+    " dmarc={dmarc} header.from=university.example;"
+)
+
+
+def ar(dmarc: str) -> str:
+    return SES_AR.format(dmarc=dmarc)
+
+
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ([("Authentication-Results", ar("fail"))], "fail"),
+        ([("Authentication-Results", ar("pass"))], "pass"),
+        ([("authentication-results", ar("FAIL (p=REJECT sp=REJECT dis=REJECT)"))], "fail"),
+        ([("Authentication-Results", "AmazonSES.com 1; dmarc=fail header.from=x.example")], "fail"),
+        ([("Authentication-Results", "amazonses.com; dmarc/1=fail header.from=x.example")], "fail"),
+        ([("Authentication-Results", "amazonses.com; spf=pass smtp.mailfrom=x.example")], ""),
+        ([("Authentication-Results", "amazonses.com; none")], ""),
+        ([("From", "pi@university.example")], ""),
+    ],
+    ids=[
+        "ses-fail",
+        "ses-pass",
+        "comment-and-case",
+        "version",
+        "method-version",
+        "none",
+        "none2",
+        "absent",
+    ],
+)
+def test_the_dmarc_result_of_the_receiving_hosts_field_is_read(headers, expected):
+    assert read_authentication_results_dmarc(headers, authserv_id="amazonses.com") == expected
+
+
+def test_only_the_topmost_field_counts_and_only_from_the_receiving_host():
+    forged_fail_below = [
+        ("Authentication-Results", ar("pass")),
+        ("Authentication-Results", "amazonses.com; dmarc=fail header.from=university.example"),
+    ]
+    assert read_authentication_results_dmarc(forged_fail_below, authserv_id="amazonses.com") == (
+        "pass"
+    )
+    # A field naming another host is not the receiver's, whatever it says, top or not.
+    other_host_on_top = [
+        ("Authentication-Results", "mx.evil.example; dmarc=fail header.from=university.example"),
+        ("Authentication-Results", ar("pass")),
+    ]
+    assert read_authentication_results_dmarc(other_host_on_top, authserv_id="amazonses.com") == ""
+    assert (
+        read_authentication_results_dmarc([("Authentication-Results", ar("fail"))], authserv_id="")
+        == ""
+    )
+
+
+def test_sender_chosen_text_in_a_comment_is_never_read_as_a_result():
+    """The envelope sender and HELO name are the sender's words; SES echoes them in comments."""
+    value = (
+        "amazonses.com; spf=pass (spf: domain of x; dmarc=fail (nested) designates 192.0.2.7)"
+        " smtp.mailfrom=pi@university.example; dmarc=pass header.from=university.example"
+    )
+    headers = [("Authentication-Results", value)]
+    assert read_authentication_results_dmarc(headers, authserv_id="amazonses.com") == "pass"
+    quoted = [("Authentication-Results", 'amazonses.com; spf=pass smtp.mailfrom="a;dmarc=fail"')]
+    assert read_authentication_results_dmarc(quoted, authserv_id="amazonses.com") == ""
+
+
+def test_dmarc_fail_in_authentication_results_rejects_even_without_a_ses_dmarc_verdict():
+    decision = screen_ses_verdicts(SesVerdicts(spf="PASS", dkim="PASS"), auth_results_dmarc="fail")
+    assert isinstance(decision, Reject)
+    assert decision.reason == Reason.UNAUTHENTICATED_SENDER
+    assert "Authentication-Results" in decision.detail
 
 
 # --- through the poller -----------------------------------------------------------------------
@@ -318,3 +412,58 @@ def test_the_check_can_be_turned_off_for_s3(s3_store, notification, settings):
         verdicts_of({"X-SES-DMARC-Verdict": "FAIL"}),
     )
     assert poll_one(s3_store, raw).status == Status.PROCESSED
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("check_on")
+def test_a_spoofed_reply_failing_dmarc_in_authentication_results_is_rejected_without_notice(
+    folder_store, notification
+):
+    """SES's verdict fields say nothing about DMARC here; its Authentication-Results does."""
+    fields = [
+        ("Authentication-Results", ar("fail")),
+        *[(k, v) for k, v in ALL_PASS.items() if k != "X-SES-DMARC-Verdict"],
+    ]
+    raw = ses_prepended(build_mail(token=notification.token, body="Cancel the proposal."), fields)
+    row = poll_one(folder_store, raw)
+
+    assert (row.status, row.reason) == (Status.REJECTED, Reason.UNAUTHENTICATED_SENDER)
+    assert "Authentication-Results" in row.detail
+    assert row.rejection_notice is None
+    assert not EmailNotification.objects.filter(
+        kind=EmailNotification.Kind.REPLY_REJECTED
+    ).exists()  # nothing sent to the address the forger wrote
+    assert not Reply.objects.exists()
+    notification.refresh_from_db()
+    assert notification.status == EmailNotification.Status.SENT
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("check_on")
+def test_an_authentication_results_field_the_sender_wrote_below_ses_does_not_reject(
+    folder_store, notification
+):
+    raw = ses_prepended(
+        build_mail(token=notification.token, body="4"),
+        [("Authentication-Results", ar("pass")), *ALL_PASS.items()],
+    )
+    raw = raw.replace(
+        b"Subject:", b"Authentication-Results: amazonses.com; dmarc=fail\r\nSubject:", 1
+    )
+    row = poll_one(folder_store, raw)
+    assert row.status == Status.PROCESSED
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("check_on")
+def test_a_mail_ses_scored_as_spam_is_rejected_without_notice(folder_store, notification):
+    raw = ses_prepended(
+        build_mail(token=notification.token, body="Buy now: cheap grants!"),
+        verdicts_of({"X-SES-Spam-Verdict": "FAIL"}),
+    )
+    row = poll_one(folder_store, raw)
+
+    assert (row.status, row.reason) == (Status.REJECTED, Reason.SPAM)
+    assert row.rejection_notice is None
+    assert not EmailNotification.objects.filter(kind=EmailNotification.Kind.REPLY_REJECTED).exists()
+    assert not Reply.objects.exists()

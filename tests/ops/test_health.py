@@ -172,3 +172,24 @@ def test_the_page_shows_the_bounce_and_complaint_rates(admin_client):
     assert "bounce rate <strong>2.0 %</strong>" in page
     assert "complaint rate <strong>0.0 %</strong>" in page
     assert "1 suppressed address(es)" in page
+
+
+def test_quarantined_mail_shows_its_count_and_the_age_of_the_oldest():
+    """Quarantined mail is never pruned: the page says how many wait, and since when."""
+    now = timezone.now()
+    for days in (3, 0):
+        row = baker.make(InboundEmail, status="quarantined")
+        InboundEmail.objects.filter(pk=row.pk).update(
+            finished_at=now - timedelta(days=days, hours=4)
+        )
+    health = worker_health(now=now)
+    tile = {t.label: t for section in health.sections for t in section.tiles}["Quarantined"]
+    assert (tile.value, tile.alert) == (2, True)
+    assert tile.note == "oldest 3 d 4 h"
+
+
+def test_the_health_page_shows_the_quarantine_age(admin_client):
+    row = baker.make(InboundEmail, status="quarantined")
+    InboundEmail.objects.filter(pk=row.pk).update(finished_at=timezone.now() - timedelta(hours=5))
+    page = admin_client.get(HEALTH_URL).content.decode()
+    assert "oldest 5 h 0 min" in page

@@ -95,4 +95,6 @@ def corpus(*, to: str = DEFAULT_TO, sender: str = "pi@university.example") -> li
         Bomb("deep_message_rfc822", _deep_rfc822(20_000, h), "MIME_DEPTH"),
         Bomb("huge_text_part", _huge_text(3_000_000, h), "TEXT_BYTES"),
         Bomb("many_from_addresses", _many_from(1_200, to), ""),
+        # Issue 21: lexbor costs the depth per nested <div> (40,000 deep took 28 s).
+        Bomb("deep_html_divs", _html_mail("<div>" * 200_000, h), "HTML_DEPTH"),
     ]
