@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from canonical_ids import record_message
 from inbound_email.conf import get_config
@@ -48,6 +47,7 @@ from inbound_email.slack import (
 )
 from inbound_email.stores import default_store
 from jobs import enqueue
+from project.db_clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def reply_relay_sweep(*, stale_seconds: float = RELAY_STALE_SECONDS) -> int:
 
     A duplicate wake-up is harmless: the relay locks the reply and checks its status.
     """
-    now = timezone.now()
+    now = db_now()
     stale = now - timedelta(seconds=stale_seconds)
     claim_expired = now - timedelta(seconds=get_config().relay_claim_timeout_seconds)
     with transaction.atomic():
@@ -147,8 +147,8 @@ def reply_relay(*, reply_id: int) -> str:
     and the mail processed (and deleted from the intake).
     """
     if not slack_enabled():
-        return _relay_to_inbox(reply_id=reply_id, now=timezone.now())
-    claim = reply_relay_claim(reply_id=reply_id, now=timezone.now())
+        return _relay_to_inbox(reply_id=reply_id, now=db_now())
+    claim = reply_relay_claim(reply_id=reply_id, now=db_now())
     if claim is None:
         return "skipped"
     result = _relay_to_slack(claim)
@@ -259,7 +259,7 @@ def _relay_to_slack(claim: RelayClaim) -> RelayResult:
 def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
     """Record the outcome of a claimed attempt in its own transaction; returns reply_relay's
     outcome. A claim that is no longer ours (taken over after its timeout) is left alone."""
-    now = timezone.now()
+    now = db_now()
     budget = get_config().relay_max_attempts
     with transaction.atomic():
         reply = _lock_reply(claim.reply_id)
