@@ -95,17 +95,37 @@ def new_worker_id() -> str:
 def job_claim_batch(*, worker: str, limit: int) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs for `worker` in one short transaction and count the attempt.
 
-    One `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so concurrent workers
-    never wait for or take each other's rows. Due and lease are the database's clock.
+    For tools and benchmarks: the runner claims with `job_claim_next`, one job at a time,
+    so it never holds a job it is not about to start (issue 22).
     """
+    return _claim(worker=worker, limit=limit)[0]
+
+
+def job_claim_next(*, worker: str) -> tuple[ClaimedJob | None, bool]:
+    """Claim the next due job for `worker`, which starts it at once; and whether another due
+    job is waiting (the runner then wakes another worker for it instead of holding it).
+
+    Handing out only what starts now is what keeps ten quick jobs from waiting behind a
+    slow one while another worker is idle; `started_at` is stamped by this claim, right
+    before the handler starts.
+    """
+    claimed, more = _claim(worker=worker, limit=1)
+    return (claimed[0] if claimed else None), more
+
+
+def _claim(*, worker: str, limit: int) -> tuple[list[ClaimedJob], bool]:
+    """The one claim statement (`_CLAIM_SQL`): `UPDATE … FROM (SELECT … FOR UPDATE SKIP
+    LOCKED) RETURNING`, so concurrent workers never wait for or take each other's rows. Due,
+    started_at and the lease are the database's clock."""
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_CLAIM_SQL, [limit, get_config().lease_seconds, worker])
         rows = cursor.fetchall()
     rows.sort(key=lambda row: (-row[5], row[6], row[0]))
-    return [
+    jobs = [
         ClaimedJob(id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=m)
-        for pk, kind, payload, attempts, m, _priority, _run_after in rows
+        for pk, kind, payload, attempts, m, _priority, _run_after, _more in rows
     ]
+    return jobs, any(row[7] for row in rows)
 
 
 def _json(value: Any) -> Any:
@@ -128,7 +148,12 @@ SET status = '{Status.PROCESSING}', attempts = j.attempts + 1, started_at = cloc
     heartbeat_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => %s), locked_by = %s
 FROM due WHERE j.id = due.id
-RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run_after
+RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run_after,
+    EXISTS (
+        SELECT 1 FROM {Job._meta.db_table} AS other
+        WHERE other.status = '{Status.QUEUED}' AND other.run_after <= clock_timestamp()
+          AND other.attempts < other.max_attempts AND other.id NOT IN (SELECT id FROM due)
+    ) AS more_due
 """
 
 
