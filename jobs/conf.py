@@ -33,6 +33,8 @@ class Config:
     drain_seconds: float  # how long one woken/scheduled drain may claim new batches
     poll_seconds: float  # run_jobs' sleep when the queue is empty
     cluster_workers: int  # Q_CLUSTER["workers"]: bounds the wake tasks a drain may add
+    listener_ping_seconds: float  # the wake-up listener pings this often, waits this long
+    listen_database_url: str  # direct connection for LISTEN ("" = the default database's)
 
 
 def _number(name: str, default: float, *, positive: bool = False) -> float:
@@ -80,7 +82,16 @@ def get_config() -> Config:
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
         cluster_workers=_cluster_workers(),
+        listener_ping_seconds=_number("JOBS_LISTENER_PING_SECONDS", 15, positive=True),
+        listen_database_url=_url("LISTEN_DATABASE_URL"),
     )
+
+
+def _url(name: str) -> str:
+    value = getattr(settings, name, "")
+    if not isinstance(value, str):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a URL string")
+    return value
 
 
 def _cluster_workers() -> int:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import heapq
 import logging
 import secrets
+import select
 import time
 from collections.abc import Callable
 
@@ -33,6 +34,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
 from jobs.backoff import retry_delay
+from jobs.conf import get_config
 
 logger = logging.getLogger(__name__)
 
@@ -42,9 +44,14 @@ WAKE_TASK_NAME = "jobs wake-up"
 WAIT_SECONDS = 1.0  # longest wait for a notification before checking whether to stop
 RECONNECT_BASE_SECONDS = 0.5  # backoff between reconnect attempts, doubled up to the cap
 RECONNECT_CAP_SECONDS = 30.0
-CHECK_SECONDS = 15.0  # ping, clock re-read and look-ahead at least this often
 LOOK_AHEAD_SECONDS = 60  # the trigger's horizon: jobs due within it get a timer
 TIMER_MARGIN_SECONDS = 0.005  # a timer fires this long after the due time, never before
+KEEPALIVES = {  # libpq TCP keepalives (DATABASES' OPTIONS has the same for every connection)
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
 MAX_TIMERS = 1000  # due times remembered; the look-ahead re-arms after the earliest fires
 
 
@@ -99,8 +106,9 @@ class WakeListener:
     Each notification names the earliest due time of what its statement queued (epoch
     seconds on the database's clock; migration 0005): due now, the listener checks at once;
     due later, it keeps a timer for that time (a heap, converted to this host's monotonic
-    clock through the database's clock, so host clocks never matter). Every CHECK_SECONDS
-    one statement pings the connection, re-reads the database's clock and looks ahead for
+    clock through the database's clock, so host clocks never matter). Every
+    JOBS_LISTENER_PING_SECONDS one statement, answered within as long, pings the connection,
+    re-reads the database's clock and looks ahead for
     the earliest job due within the next minute (those queued further ahead, or whose
     notification was lost). A wake task is sent only when a due job exists (a NOTIFY flood
     from another role costs one cheap EXISTS per round) and none is pending. Losing the
@@ -110,6 +118,10 @@ class WakeListener:
 
     def __init__(self, *, workers: int, coalesce_seconds: float = 0.05) -> None:
         self.workers = workers
+        # Ping (look-ahead) interval, and how long a ping may wait for its answer: a peer
+        # that vanished silently (NAT or load-balancer idle timeout, failover) is noticed
+        # within twice this, and the connection replaced.
+        self.ping_seconds = get_config().listener_ping_seconds
         # After a notification, notifications arriving this soon after are read in the same
         # round: one check for a burst instead of one per insert.
         self.coalesce_seconds = coalesce_seconds
@@ -161,7 +173,7 @@ class WakeListener:
         """Send a wake task if a job is due now and none is pending; True if sent."""
         assert self.connection is not None
         self.checks += 1
-        if not self.connection.execute(_DUE_NOW_SQL).fetchone()[0]:
+        if self._ping(_DUE_NOW_SQL) != [b"t"]:  # bounded, like every query on this connection
             return False
         sent = request_wake(workers=self.workers, funcs=self._funcs)
         self.wakes_sent += sent
@@ -170,11 +182,40 @@ class WakeListener:
     def _look_ahead(self) -> None:
         """Ping, re-read the database's clock and arm a timer for the next job due soon."""
         assert self.connection is not None
-        db_epoch, next_due = self.connection.execute(_LOOK_AHEAD_SQL).fetchone()
+        db_epoch, next_due = self._ping(_LOOK_AHEAD_SQL)
         self._db_minus_monotonic = float(db_epoch) - time.monotonic()
-        self._next_check = time.monotonic() + CHECK_SECONDS
+        self._next_check = time.monotonic() + self.ping_seconds
         if next_due is not None:
             self._arm(float(next_due))
+
+    def _ping(self, sql: str) -> list[bytes | None]:
+        """Run a one-row query, waiting at most `ping_seconds` for its answer; its values as
+        text. A blocking execute would wait forever on a peer that silently stopped
+        answering (the TCP keepalives of the far side may still be acknowledged by a
+        proxy), so this goes through libpq's asynchronous calls with a deadline."""
+        assert self.connection is not None
+        pgconn = self.connection.pgconn
+        deadline = time.monotonic() + self.ping_seconds
+        pgconn.send_query(sql.encode())
+        while pgconn.flush():
+            _wait_socket(pgconn.socket, deadline, write=True)
+        row: list[bytes | None] = []
+        while True:
+            while pgconn.is_busy():
+                _wait_socket(pgconn.socket, deadline)
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:
+                return row
+            if result.status not in (
+                psycopg.pq.ExecStatus.TUPLES_OK,
+                psycopg.pq.ExecStatus.COMMAND_OK,
+            ):
+                raise psycopg.OperationalError(
+                    (result.error_message or b"ping failed").decode(errors="replace")
+                )
+            if result.ntuples:
+                row = [result.get_value(0, column) for column in range(result.nfields)]
 
     def _arm(self, due_epoch: float) -> None:
         """Keep a timer for a due time (database epoch seconds)."""
@@ -206,14 +247,22 @@ class WakeListener:
                 self.connection = None
 
     def _connect(self) -> None:
-        params = connections[DEFAULT_DB_ALIAS].get_connection_params()
-        for django_only in ("cursor_factory", "context", "prepare_threshold"):
-            params.pop(django_only, None)
+        """A direct connection: LISTEN_DATABASE_URL when set (behind PgBouncer in transaction
+        pooling, LISTEN must bypass the pooler), else the default database's parameters."""
+        url = get_config().listen_database_url
+        if url:
+            params: dict = {"conninfo": url}
+        else:
+            params = connections[DEFAULT_DB_ALIAS].get_connection_params()
+            for django_only in ("cursor_factory", "context", "prepare_threshold"):
+                params.pop(django_only, None)
         params.setdefault("connect_timeout", 10)
+        for option, value in KEEPALIVES.items():
+            params.setdefault(option, value)
         self.connection = psycopg.connect(
             **params, autocommit=True, application_name="jobs-wake-listener"
         )
-        self.connection.execute(f"LISTEN {CHANNEL}")
+        self._ping(f"LISTEN {CHANNEL}")
         self.connects += 1
         logger.info(
             "job wake-up listener connected (LISTEN %s)",
@@ -263,6 +312,15 @@ SELECT extract(epoch FROM clock_timestamp()),
           AND run_after > clock_timestamp()
           AND run_after <= clock_timestamp() + make_interval(secs => {LOOK_AHEAD_SECONDS}))
 """
+
+
+def _wait_socket(fileno: int, deadline: float, *, write: bool = False) -> None:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the wake-up listener's ping got no answer in time")
+    readers, writers = ([], [fileno]) if write else ([fileno], [])
+    if not any(select.select(readers, writers, [], left)):
+        raise TimeoutError("the wake-up listener's ping got no answer in time")
 
 
 def _sleep_unless(should_stop: Callable[[], bool], seconds: float) -> None:

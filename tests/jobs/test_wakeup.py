@@ -26,6 +26,7 @@ from tests.support.processes import (
     stop_process_group,
     wait_until,
 )
+from tests.support.tcp_proxy import SilencingProxy
 from tests.support.wakeup import listening, plain_insert, raw_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -173,6 +174,30 @@ def test_a_flood_of_notifications_from_another_role_queues_no_wake_task_when_not
         assert wake_tasks_in_broker() == (0, 0)
         assert listener.wakes_sent == 0
         assert listener.checks <= 25, listener.checks
+
+
+def test_a_listener_whose_peer_silently_vanished_is_replaced_and_starts_what_came_meanwhile(
+    settings,
+):
+    """Issue 22: the LISTEN connection goes through a proxy that silently stops forwarding
+    (a NAT or load-balancer idle timeout). The listener's ping notices, the connection is
+    replaced, and a job inserted during the outage gets its wake task well within 60 s of
+    the stop (the ping interval is 1 s here, 15 s by default)."""
+    db = connections["default"].settings_dict
+    settings.JOBS_LISTENER_PING_SECONDS = 1
+    with SilencingProxy(db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)) as proxy:
+        settings.LISTEN_DATABASE_URL = (
+            f"postgres://{db['USER']}@127.0.0.1:{proxy.port}/{db['NAME']}"
+        )
+        with _running_listener(workers=2) as listener:
+            proxy.go_silent()
+            stopped = time.monotonic()
+            plain_insert("tests.noop")  # its notification goes nowhere
+            _wait_for(lambda: wake_tasks_in_broker()[1] >= 1, 60)
+            woken = time.monotonic() - stopped
+            assert listener.connects >= 2 and proxy.connections >= 2
+            print(f"wake task {woken:.1f}s after the proxy stopped forwarding")
+            assert woken < 10
 
 
 _SILENT_INSERT = """
