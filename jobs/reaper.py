@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
-from jobs.backoff import retry_delay
 from jobs.models import Job
+from jobs.services import job_retry_delay
 from project.db_clock import db_now
 
 logger = logging.getLogger(__name__)
@@ -132,7 +132,9 @@ def _reap(*, stale: QuerySet[Job], now: datetime) -> list[ReapedJob]:
                     max_attempts=maximum,
                     locked_by=locked_by,
                     status=Status.FAILED if exhausted else Status.QUEUED,
-                    run_after=None if exhausted else now + timedelta(seconds=retry_delay(attempts)),
+                    run_after=None
+                    if exhausted
+                    else now + timedelta(seconds=job_retry_delay(attempts)),
                 )
             )
         with connection.cursor() as cursor:

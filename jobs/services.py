@@ -23,10 +23,10 @@ from django.db import connection, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet
 from django.db.models.functions import Greatest, Now
 
-from jobs.backoff import retry_delay
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost, PermanentJobError
 from jobs.models import Job
+from project.backoff import retry_delay
 from project.db_clock import db_now
 from project.pg_text import without_nul
 
@@ -199,13 +199,24 @@ def job_record_failure(*, job: ClaimedJob, worker: str, exc: BaseException) -> s
     else:
         outcome = "retried"
         stopping = isinstance(exc, KeyboardInterrupt | SystemExit)
-        delay = 0.0 if stopping else retry_delay(job.attempts)
+        delay = 0.0 if stopping else job_retry_delay(job.attempts)
         fields.update(status=Status.QUEUED, run_after=_db_now_plus(delay))
     with transaction.atomic():
         updated = Job.objects.filter(pk=job.id, locked_by=worker, status=Status.PROCESSING).update(
             **fields
         )
     return outcome if updated == 1 else "lost"
+
+
+def job_retry_delay(attempts: int) -> float:
+    """Seconds before a job's next try after `attempts` failed ones (JOBS_BACKOFF_*)."""
+    config = get_config()
+    return retry_delay(
+        attempts,
+        base=config.backoff_base_seconds,
+        cap=config.backoff_cap_seconds,
+        jitter=config.backoff_jitter,
+    )
 
 
 def job_release(*, worker: str, job_ids: list[int]) -> int:

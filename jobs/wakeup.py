@@ -33,8 +33,8 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
-from jobs.backoff import retry_delay
 from jobs.conf import get_config
+from project.backoff import retry_delay
 
 logger = logging.getLogger(__name__)
 
