@@ -8,6 +8,7 @@ from model_bakery import baker
 
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
+from tests.support.admin_columns import columns_read
 from tests.support.mail import build_mail
 from tests.support.stores import FlakyStore
 
@@ -166,3 +167,11 @@ def test_reply_shows_the_text_that_was_not_relayed_escaped(
     assert "Also &lt;script&gt;alert(1)&lt;/script&gt; cut section 3." in html
     assert "<script>alert(1)" not in html
     assert 'name="stripped_text"' not in html  # read-only, not a form field
+
+
+def test_the_changelist_never_loads_the_mail_bodies_or_errors(admin_client, quarantined):
+    """Issue 22: the list shows a few short fields; the raw source, decoded bodies and the
+    last error load only on a mail's own page (the raw source only for its download)."""
+    url = reverse("admin:inbound_email_inboundemail_changelist")
+    large = ["raw", "body_text", "headers_text", "last_error"]
+    assert columns_read(admin_client, url, "inbound_email_inboundemail", large) == set()
