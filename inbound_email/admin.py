@@ -78,8 +78,9 @@ class InboundEmailAdmin(ReadOnlyAdmin):
     readonly_fields = tuple(name for _, section in fieldsets for name in section["fields"])
 
     def get_queryset(self, request: HttpRequest):
-        # The raw source is read only by the download view.
-        return super().get_queryset(request).defer("raw")
+        # The raw source is read only by the download view; the decoded bodies and the last
+        # error (large) only by a mail's own page, which loads them when shown (issue 22).
+        return super().get_queryset(request).defer("raw", "body_text", "headers_text", "last_error")
 
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """Reprocess / discard change state: they need the model's change permission."""

@@ -13,8 +13,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.utils import timezone
-
 from inbound_email.conf import get_config
 from inbound_email.exceptions import StoreError
 from inbound_email.models import InboundEmail
@@ -26,6 +24,7 @@ from inbound_email.services.intake import (
 from inbound_email.services.relay import reply_relay_sweep
 from inbound_email.services.store_sync import inbound_email_finalize
 from inbound_email.stores import MailStore, default_store
+from project.db_clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -56,14 +55,14 @@ def poll_once(*, store: MailStore | None = None, limit: int | None = None) -> Po
     limit = limit or get_config().max_per_run
     summary = PollSummary()
     started = time.monotonic()
-    listed_since = timezone.now()
+    listed_since = db_now()
     try:
         for page in store.list():
             summary.listed += len(page)
             if not page:
                 continue
             rows = inbound_email_register(objects=page)
-            now = timezone.now()
+            now = db_now()
             finished: list[int] = []  # store clean-up after the outcomes committed
             for obj in page:
                 row = rows.get(obj.key)

@@ -7,6 +7,7 @@ queryset-level UPDATE, so "select all 12,000 failed jobs → retry now" is one s
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.db.models.functions import Substr
 from django.utils.html import format_html
 
 from jobs import registry, services
@@ -72,6 +73,16 @@ class JobAdmin(admin.ModelAdmin):
         # The list (and its actions) need "change"; a single row is only ever viewed.
         return obj is None and super().has_change_permission(request)
 
+    def get_queryset(self, request):
+        # Payloads and tracebacks can be megabytes: the list reads only the error's first
+        # 200 characters (for its summary); a job's own page loads the rest when shown.
+        return (
+            super()
+            .get_queryset(request)
+            .defer("payload", "last_error")
+            .annotate(error_head=Substr("last_error", 1, 200))
+        )
+
     def get_search_results(self, request, queryset, search_term):
         term = search_term.strip().lstrip("#")
         if term.isdigit():
@@ -92,7 +103,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="last error")
     def error_summary(self, job: Job) -> str:
-        first = job.last_error.split("\n", 1)[0]
+        first = job.error_head.split("\n", 1)[0]
         return first if len(first) <= 120 else first[:117] + "..."
 
     @admin.display(description="last error")

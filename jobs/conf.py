@@ -32,6 +32,9 @@ class Config:
     extra_handler_modules: tuple[str, ...]  # imported besides every <app>.handlers
     drain_seconds: float  # how long one woken/scheduled drain may claim new batches
     poll_seconds: float  # run_jobs' sleep when the queue is empty
+    cluster_workers: int  # Q_CLUSTER["workers"]: bounds the wake tasks a drain may add
+    listener_ping_seconds: float  # the wake-up listener pings this often, waits this long
+    listen_database_url: str  # direct connection for LISTEN ("" = the default database's)
 
 
 def _number(name: str, default: float, *, positive: bool = False) -> float:
@@ -78,7 +81,25 @@ def get_config() -> Config:
         extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
+        cluster_workers=_cluster_workers(),
+        listener_ping_seconds=_number("JOBS_LISTENER_PING_SECONDS", 15, positive=True),
+        listen_database_url=_url("LISTEN_DATABASE_URL"),
     )
+
+
+def _url(name: str) -> str:
+    value = getattr(settings, name, "")
+    if not isinstance(value, str):
+        raise ImproperlyConfigured(f"{name}={value!r} must be a URL string")
+    return value
+
+
+def _cluster_workers() -> int:
+    cluster = getattr(settings, "Q_CLUSTER", {})
+    workers = cluster.get("workers", 1) if isinstance(cluster, dict) else 1
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ImproperlyConfigured(f"Q_CLUSTER['workers']={workers!r} must be >= 1")
+    return workers
 
 
 @receiver(setting_changed)

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 from django.db import models
 from django.db.models import F, Func, Q, Value
+from django.db.models.functions import Now
 from django.db.models.lookups import Exact
-from django.utils import timezone
 
 # The timestamps Python (and so every reader: the runner's claim, worker_status, the admin)
 # can load: PostgreSQL also stores 'infinity', '-infinity' and years past 9999 or BC, which
@@ -33,8 +33,9 @@ class Job(models.Model):
     # Counted when a worker claims the row, so a job that kills its worker still runs out.
     attempts = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField()
-    run_after = models.DateTimeField(default=timezone.now)
-    created_at = models.DateTimeField(default=timezone.now)
+    # The database's clock, whoever inserts the row (hosts' clocks may differ by minutes).
+    run_after = models.DateTimeField(db_default=Now())
+    created_at = models.DateTimeField(db_default=Now())
     started_at = models.DateTimeField(null=True, blank=True, help_text="Start of the last attempt.")
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(

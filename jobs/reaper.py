@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 
 from django.db import connection, transaction
 from django.db.models import QuerySet
-from django.utils import timezone
 
-from jobs.backoff import retry_delay
 from jobs.models import Job
+from jobs.services import job_retry_delay
+from project.db_clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +62,10 @@ def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -
     UPDATE of exactly those rows. Two reapers at once each take disjoint rows, and a row
     whose worker is completing it right now (its lock held) is left alone; the UPDATE
     re-checks the status, so a row is never reaped twice. The outcome of each row (status,
-    backoff) is decided in Python, by the same rules as a failed attempt.
+    backoff) is decided in Python, by the same rules as a failed attempt, from the
+    database's clock (a host's may be minutes off).
     """
-    now = timezone.now()
+    now = db_now()
     stale = Job.objects.filter(status=Status.PROCESSING)
     if older_than is None:
         stale = stale.filter(lease_expires_at__lt=now)
@@ -131,7 +132,9 @@ def _reap(*, stale: QuerySet[Job], now: datetime) -> list[ReapedJob]:
                     max_attempts=maximum,
                     locked_by=locked_by,
                     status=Status.FAILED if exhausted else Status.QUEUED,
-                    run_after=None if exhausted else now + timedelta(seconds=retry_delay(attempts)),
+                    run_after=None
+                    if exhausted
+                    else now + timedelta(seconds=job_retry_delay(attempts)),
                 )
             )
         with connection.cursor() as cursor:

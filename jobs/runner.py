@@ -66,18 +66,23 @@ def run_pending(
     limit: int | None = None,
     *,
     max_seconds: float | None = None,
-    batch_size: int | None = None,
     stop: threading.Event | None = None,
+    wake_others: Callable[[], object] | None = None,
 ) -> RunSummary:
     """Drain due jobs in this process until none is due, `limit` jobs ran, or `max_seconds`
     passed (checked before each job: a job is never started after it); return what
     happened. Reaching `max_seconds` or setting `stop` (e.g. from a SIGTERM handler) ends
     the drain after the running job; unstarted claims are released, their attempt undone.
 
+    Jobs are claimed one at a time, each right before it starts (issue 22): a worker never
+    holds a job another worker could start. When a claim sees another due job waiting,
+    `wake_others` is called (once per drain; the qcluster task sends a wake task, so an
+    idle worker starts it instead of it waiting behind this drain's job).
+
     Call it outside any transaction (its claims must commit before handlers run).
     """
     registry.discover()
-    batch_size = batch_size or get_config().claim_batch_size
+    woke_others = False
     summary = RunSummary(worker=services.new_worker_id())
     started = time.monotonic()
     deadline = None if max_seconds is None else started + max_seconds
@@ -99,19 +104,24 @@ def run_pending(
                 if remaining is not None and remaining <= 0:
                     summary.budget_exhausted = True
                     break
-                size = batch_size if remaining is None else min(batch_size, remaining)
-                claimed = _reconnecting(
-                    lambda size=size: services.job_claim_batch(worker=summary.worker, limit=size),
+                result = _reconnecting(
+                    lambda: services.job_claim_next(worker=summary.worker),
                     reconnect,
                     stop=stop,
                     deadline=deadline,
                 )
-                if claimed is None:  # the connection stayed lost until stop/deadline
+                if result is None:  # the connection stayed lost until stop/deadline
                     break
-                pending.extend(claimed)
-                summary.claimed += len(pending)
-                if not pending:
+                claimed, more_due = result
+                if claimed is None:
                     break
+                pending.append(claimed)
+                summary.claimed += 1
+                if more_due and wake_others is not None and not woke_others:
+                    # Another due job waits while this one runs: let an idle worker take it
+                    # rather than have it wait behind this one (head-of-line blocking).
+                    woke_others = True
+                    wake_others()
             _run_one(pending.popleft(), summary, reconnect, stop=stop, deadline=deadline)
     finally:
         heartbeat.stop()

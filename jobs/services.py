@@ -20,14 +20,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, QuerySet
-from django.db.models.functions import Greatest
-from django.utils import timezone
+from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet
+from django.db.models.functions import Greatest, Now
 
-from jobs.backoff import retry_delay
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost, PermanentJobError
 from jobs.models import Job
+from project.backoff import retry_delay
+from project.db_clock import db_now
 from project.pg_text import without_nul
 
 logger = logging.getLogger(__name__)
@@ -51,7 +51,8 @@ def enqueue(
 
     The table's trigger wakes the qcluster at commit (jobs/wakeup.py), as it does for a row
     any other producer inserts; a rolled-back transaction takes both the row and the
-    notification with it, so the job never runs.
+    notification with it, so the job never runs. Without `run_after` the job is due at the
+    database's `now()` (the columns' database default), never at this host's clock.
     """
     if payload is None:
         payload = {}
@@ -61,14 +62,9 @@ def enqueue(
         max_attempts = get_config().default_max_attempts
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be >= 1, not {max_attempts}")
-    now = timezone.now()
+    fields: dict[str, Any] = {} if run_after is None else {"run_after": run_after}
     job = Job.objects.create(
-        kind=kind,
-        payload=payload,
-        priority=priority,
-        max_attempts=max_attempts,
-        run_after=run_after or now,
-        created_at=now,
+        kind=kind, payload=payload, priority=priority, max_attempts=max_attempts, **fields
     )
     logger.debug(
         "job enqueued: #%s %s",
@@ -99,19 +95,37 @@ def new_worker_id() -> str:
 def job_claim_batch(*, worker: str, limit: int) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs for `worker` in one short transaction and count the attempt.
 
-    One `UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED) RETURNING`, so concurrent workers
-    never wait for or take each other's rows.
+    For tools and benchmarks: the runner claims with `job_claim_next`, one job at a time,
+    so it never holds a job it is not about to start (issue 22).
     """
-    now = timezone.now()
-    lease_expires_at = now + timedelta(seconds=get_config().lease_seconds)
+    return _claim(worker=worker, limit=limit)[0]
+
+
+def job_claim_next(*, worker: str) -> tuple[ClaimedJob | None, bool]:
+    """Claim the next due job for `worker`, which starts it at once; and whether another due
+    job is waiting (the runner then wakes another worker for it instead of holding it).
+
+    Handing out only what starts now is what keeps ten quick jobs from waiting behind a
+    slow one while another worker is idle; `started_at` is stamped by this claim, right
+    before the handler starts.
+    """
+    claimed, more = _claim(worker=worker, limit=1)
+    return (claimed[0] if claimed else None), more
+
+
+def _claim(*, worker: str, limit: int) -> tuple[list[ClaimedJob], bool]:
+    """The one claim statement (`_CLAIM_SQL`): `UPDATE … FROM (SELECT … FOR UPDATE SKIP
+    LOCKED) RETURNING`, so concurrent workers never wait for or take each other's rows. Due,
+    started_at and the lease are the database's clock."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, [now, limit, now, now, lease_expires_at, worker])
+        cursor.execute(_CLAIM_SQL, [limit, get_config().lease_seconds, worker])
         rows = cursor.fetchall()
     rows.sort(key=lambda row: (-row[5], row[6], row[0]))
-    return [
+    jobs = [
         ClaimedJob(id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=m)
-        for pk, kind, payload, attempts, m, _priority, _run_after in rows
+        for pk, kind, payload, attempts, m, _priority, _run_after, _more in rows
     ]
+    return jobs, any(row[7] for row in rows)
 
 
 def _json(value: Any) -> Any:
@@ -123,16 +137,23 @@ def _json(value: Any) -> Any:
 _CLAIM_SQL = f"""
 WITH due AS (
     SELECT id FROM {Job._meta.db_table}
-    WHERE status = '{Status.QUEUED}' AND run_after <= %s AND attempts < max_attempts
+    WHERE status = '{Status.QUEUED}' AND run_after <= clock_timestamp()
+      AND attempts < max_attempts
     ORDER BY priority DESC, run_after, id
     LIMIT %s
     FOR UPDATE SKIP LOCKED
 )
 UPDATE {Job._meta.db_table} AS j
-SET status = '{Status.PROCESSING}', attempts = j.attempts + 1, started_at = %s,
-    heartbeat_at = %s, lease_expires_at = %s, locked_by = %s
+SET status = '{Status.PROCESSING}', attempts = j.attempts + 1, started_at = clock_timestamp(),
+    heartbeat_at = clock_timestamp(),
+    lease_expires_at = clock_timestamp() + make_interval(secs => %s), locked_by = %s
 FROM due WHERE j.id = due.id
-RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run_after
+RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run_after,
+    EXISTS (
+        SELECT 1 FROM {Job._meta.db_table} AS other
+        WHERE other.status = '{Status.QUEUED}' AND other.run_after <= clock_timestamp()
+          AND other.attempts < other.max_attempts AND other.id NOT IN (SELECT id FROM due)
+    ) AS more_due
 """
 
 
@@ -145,7 +166,7 @@ def job_complete(*, job: ClaimedJob, worker: str) -> None:
     (bench/jobs.py).
     """
     with connection.cursor() as cursor:
-        cursor.execute(_COMPLETE_SQL, [timezone.now(), job.id, worker])
+        cursor.execute(_COMPLETE_SQL, [job.id, worker])
         updated = cursor.rowcount
     if updated != 1:
         raise LeaseLost(f"job #{job.id} is no longer owned by {worker} (reaped?)")
@@ -153,7 +174,8 @@ def job_complete(*, job: ClaimedJob, worker: str) -> None:
 
 _COMPLETE_SQL = f"""
 UPDATE {Job._meta.db_table}
-SET status = '{Status.COMPLETED}', completed_at = %s, locked_by = '', lease_expires_at = NULL
+SET status = '{Status.COMPLETED}', completed_at = clock_timestamp(), locked_by = '',
+    lease_expires_at = NULL
 WHERE id = %s AND locked_by = %s AND status = '{Status.PROCESSING}'
 """  # table and status values are constants; the values are parameters
 
@@ -169,22 +191,32 @@ def job_record_failure(*, job: ClaimedJob, worker: str, exc: BaseException) -> s
     BaseException (CancelledError, GeneratorExit, a library's own) is a failure like any
     other and backs off: a handler that always raises one must not spin.
     """
-    now = timezone.now()
     error = format_error(exc)
     fields: dict[str, Any] = {"locked_by": "", "lease_expires_at": None, "last_error": error}
     if isinstance(exc, PermanentJobError) or job.attempts >= job.max_attempts:
         outcome = "failed"
-        fields.update(status=Status.FAILED, failed_at=now)
+        fields.update(status=Status.FAILED, failed_at=Now())
     else:
         outcome = "retried"
         stopping = isinstance(exc, KeyboardInterrupt | SystemExit)
-        delay = 0.0 if stopping else retry_delay(job.attempts)
-        fields.update(status=Status.QUEUED, run_after=now + timedelta(seconds=delay))
+        delay = 0.0 if stopping else job_retry_delay(job.attempts)
+        fields.update(status=Status.QUEUED, run_after=_db_now_plus(delay))
     with transaction.atomic():
         updated = Job.objects.filter(pk=job.id, locked_by=worker, status=Status.PROCESSING).update(
             **fields
         )
     return outcome if updated == 1 else "lost"
+
+
+def job_retry_delay(attempts: int) -> float:
+    """Seconds before a job's next try after `attempts` failed ones (JOBS_BACKOFF_*)."""
+    config = get_config()
+    return retry_delay(
+        attempts,
+        base=config.backoff_base_seconds,
+        cap=config.backoff_cap_seconds,
+        jitter=config.backoff_jitter,
+    )
 
 
 def job_release(*, worker: str, job_ids: list[int]) -> int:
@@ -207,11 +239,15 @@ def job_release(*, worker: str, job_ids: list[int]) -> int:
 
 
 def job_heartbeat(*, worker: str) -> int:
-    """Renew the lease of every row `worker` holds; return how many."""
-    now = timezone.now()
+    """Renew the lease of every row `worker` holds, on the database's clock; return how many."""
     return Job.objects.filter(locked_by=worker, status=Status.PROCESSING).update(
-        heartbeat_at=now, lease_expires_at=now + timedelta(seconds=get_config().lease_seconds)
+        heartbeat_at=Now(), lease_expires_at=_db_now_plus(get_config().lease_seconds)
     )
+
+
+def _db_now_plus(seconds: float) -> ExpressionWrapper:
+    """`now() + seconds` evaluated by the database (a host's clock may be minutes off)."""
+    return ExpressionWrapper(Now() + timedelta(seconds=seconds), output_field=DateTimeField())
 
 
 def exception_message(exc: BaseException) -> str:
@@ -257,7 +293,7 @@ def jobs_retry_now(*, jobs: QuerySet[Job]) -> int:
     with transaction.atomic():
         count = jobs.filter(status__in=[Status.QUEUED, Status.FAILED, Status.CANCELLED]).update(
             status=Status.QUEUED,
-            run_after=timezone.now(),
+            run_after=Now(),
             failed_at=None,
             cancelled_at=None,
             max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
@@ -276,7 +312,7 @@ def jobs_cancel(*, jobs: QuerySet[Job]) -> int:
     """
     with transaction.atomic():
         count = jobs.filter(status__in=[Status.QUEUED, Status.FAILED]).update(
-            status=Status.CANCELLED, cancelled_at=timezone.now()
+            status=Status.CANCELLED, cancelled_at=Now()
         )
     logger.info("jobs cancelled: %s", count, extra={"action": "jobs_cancel"})
     return count
@@ -285,7 +321,7 @@ def jobs_cancel(*, jobs: QuerySet[Job]) -> int:
 def jobs_prune_completed(*, older_than_days: float | None = None, chunk: int = 5000) -> int:
     """Delete completed jobs finished more than the retention ago, in chunks (short locks)."""
     days = get_config().retention_days if older_than_days is None else older_than_days
-    cutoff = timezone.now() - timedelta(days=days)
+    cutoff = db_now() - timedelta(days=days)
     total = 0
     while True:
         ids = list(

@@ -5,14 +5,21 @@ from __future__ import annotations
 from jobs import reaper, services
 from jobs.conf import get_config
 from jobs.runner import run_pending
+from jobs.wakeup import request_wake
 
 
 def run_due_jobs() -> dict:
     """Drain due jobs: called on commit of an enqueue (wake-up) and every minute (retries,
     anything a lost wake-up missed). Bounded by JOBS_DRAIN_SECONDS, checked before every
     job, so it ends well inside the django-q2 task timeout (overrunning by at most the job
-    running); unstarted claims are released, and the next wake-up or minute picks them up."""
-    summary = run_pending(max_seconds=get_config().drain_seconds)
+    running); unstarted claims are released, and the next wake-up or minute picks them up.
+    A drain that sees more due jobs than it is starting asks for one more wake task, so an
+    idle worker starts them (never more than workers + 1 outstanding)."""
+    config = get_config()
+    summary = run_pending(
+        max_seconds=config.drain_seconds,
+        wake_others=lambda: request_wake(workers=config.cluster_workers),
+    )
     result = summary.as_dict()
     result.pop("errors")  # logged already; the django-q2 result row stays small
     return result

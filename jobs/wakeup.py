@@ -22,8 +22,10 @@ net.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import secrets
+import select
 import time
 from collections.abc import Callable
 
@@ -31,7 +33,8 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
-from jobs.backoff import retry_delay
+from jobs.conf import get_config
+from project.backoff import retry_delay
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +47,15 @@ RECONNECT_CAP_SECONDS = 30.0
 # The listener's connection lives as long as the qcluster: no statement on it may hang it
 # (issue 19.10); a timeout is an error like a lost connection, so it reconnects.
 STATEMENT_TIMEOUT_MS = 10000
+LOOK_AHEAD_SECONDS = 60  # the trigger's horizon: jobs due within it get a timer
+TIMER_MARGIN_SECONDS = 0.005  # a timer fires this long after the due time, never before
+KEEPALIVES = {  # libpq TCP keepalives (DATABASES' OPTIONS has the same for every connection)
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+MAX_TIMERS = 1000  # due times remembered; the look-ahead re-arms after the earliest fires
 
 
 def wake_tasks_in_broker(*, funcs: dict[int, str] | None = None) -> tuple[int, int]:
@@ -91,22 +103,39 @@ def request_wake(*, workers: int, funcs: dict[int, str] | None = None) -> bool:
 
 
 class WakeListener:
-    """LISTENs on a connection of its own and asks for a wake task after notifications.
+    """LISTENs on a connection of its own and asks for a wake task when a job is due.
 
     `run()` returns when `should_stop()` is true (checked at least every WAIT_SECONDS).
-    Losing the connection is expected (server restart, failover): it reconnects with
-    backoff, and after each reconnect it requests a wake-up for what it may have missed.
+    Each notification names the earliest due time of what its statement queued (epoch
+    seconds on the database's clock; migration 0005): due now, the listener checks at once;
+    due later, it keeps a timer for that time (a heap, converted to this host's monotonic
+    clock through the database's clock, so host clocks never matter). Every
+    JOBS_LISTENER_PING_SECONDS one statement, answered within as long, pings the connection,
+    re-reads the database's clock and looks ahead for
+    the earliest job due within the next minute (those queued further ahead, or whose
+    notification was lost). A wake task is sent only when a due job exists (a NOTIFY flood
+    from another role costs one cheap EXISTS per round) and none is pending. Losing the
+    connection is expected (server restart, failover): it reconnects with backoff, and
+    after each reconnect it wakes for what it may have missed.
     """
 
     def __init__(self, *, workers: int, coalesce_seconds: float = 0.05) -> None:
         self.workers = workers
+        # Ping (look-ahead) interval, and how long a ping may wait for its answer: a peer
+        # that vanished silently (NAT or load-balancer idle timeout, failover) is noticed
+        # within twice this, and the connection replaced.
+        self.ping_seconds = get_config().listener_ping_seconds
         # After a notification, notifications arriving this soon after are read in the same
-        # round: one broker check for a burst instead of one per insert.
+        # round: one check for a burst instead of one per insert.
         self.coalesce_seconds = coalesce_seconds
         self.connection: psycopg.Connection | None = None
         self.connects = 0
         self.wakes_sent = 0
+        self.checks = 0  # due checks made (EXISTS statements)
         self._funcs: dict[int, str] = {}  # OrmQ id -> task function, see wake_tasks_in_broker
+        self._timers: list[float] = []  # heap of due times, on this host's monotonic clock
+        self._db_minus_monotonic: float | None = None  # database epoch - time.monotonic()
+        self._next_check = 0.0  # monotonic time of the next ping and look-ahead
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         failures = 0
@@ -114,11 +143,18 @@ class WakeListener:
             try:
                 if self.connection is None or self.connection.closed:
                     self._connect()
-                    if self.connects > 1 and self._request_wake():
-                        self.wakes_sent += 1  # what the outage may have hidden
+                    self._look_ahead()
+                    if self.connects > 1:
+                        self._wake_if_due()  # what the outage may have hidden
                 failures = 0
-                if self._wait_for_notifications() and self._request_wake():
-                    self.wakes_sent += 1
+                if time.monotonic() >= self._next_check:
+                    self._look_ahead()
+                due_now = self._wait_for_notifications()
+                if self._pop_timers():
+                    due_now = True
+                    self._look_ahead()  # re-arm exactly at the next due time
+                if due_now:
+                    self._wake_if_due()
             except Exception as exc:  # noqa: BLE001 - the listener loop's one catch-all
                 failures += 1
                 delay = retry_delay(
@@ -136,8 +172,75 @@ class WakeListener:
                 _sleep_unless(should_stop, delay)
         self.close()
 
-    def _request_wake(self) -> bool:
-        return request_wake(workers=self.workers, funcs=self._funcs)
+    def _wake_if_due(self) -> bool:
+        """Send a wake task if a job is due now and none is pending; True if sent."""
+        assert self.connection is not None
+        self.checks += 1
+        if self._ping(_DUE_NOW_SQL) != [b"t"]:  # bounded, like every query on this connection
+            return False
+        sent = request_wake(workers=self.workers, funcs=self._funcs)
+        self.wakes_sent += sent
+        return sent
+
+    def _look_ahead(self) -> None:
+        """Ping, re-read the database's clock and arm a timer for the next job due soon."""
+        assert self.connection is not None
+        db_epoch, next_due = self._ping(_LOOK_AHEAD_SQL)
+        self._db_minus_monotonic = float(db_epoch) - time.monotonic()
+        self._next_check = time.monotonic() + self.ping_seconds
+        if next_due is not None:
+            self._arm(float(next_due))
+
+    def _ping(self, sql: str) -> list[bytes | None]:
+        """Run a one-row query, waiting at most `ping_seconds` for its answer; its values as
+        text. A blocking execute would wait forever on a peer that silently stopped
+        answering (the TCP keepalives of the far side may still be acknowledged by a
+        proxy), so this goes through libpq's asynchronous calls with a deadline."""
+        assert self.connection is not None
+        pgconn = self.connection.pgconn
+        deadline = time.monotonic() + self.ping_seconds
+        pgconn.send_query(sql.encode())
+        while pgconn.flush():
+            _wait_socket(pgconn.socket, deadline, write=True)
+        row: list[bytes | None] = []
+        while True:
+            while pgconn.is_busy():
+                _wait_socket(pgconn.socket, deadline)
+                pgconn.consume_input()
+            result = pgconn.get_result()
+            if result is None:
+                return row
+            if result.status not in (
+                psycopg.pq.ExecStatus.TUPLES_OK,
+                psycopg.pq.ExecStatus.COMMAND_OK,
+            ):
+                raise psycopg.OperationalError(
+                    (result.error_message or b"ping failed").decode(errors="replace")
+                )
+            if result.ntuples:
+                row = [result.get_value(0, column) for column in range(result.nfields)]
+
+    def _arm(self, due_epoch: float) -> None:
+        """Keep a timer for a due time (database epoch seconds)."""
+        assert self._db_minus_monotonic is not None
+        at = due_epoch - self._db_minus_monotonic + TIMER_MARGIN_SECONDS
+        if at in self._timers:
+            return
+        if len(self._timers) >= MAX_TIMERS:  # keep the earliest; the look-ahead finds the rest
+            if at >= max(self._timers):
+                return
+            self._timers.remove(max(self._timers))
+            heapq.heapify(self._timers)
+        heapq.heappush(self._timers, at)
+
+    def _pop_timers(self) -> bool:
+        """Drop the timers whose time came; True if any did."""
+        now = time.monotonic()
+        popped = False
+        while self._timers and self._timers[0] <= now:
+            heapq.heappop(self._timers)
+            popped = True
+        return popped
 
     def close(self) -> None:
         if self.connection is not None:
@@ -147,15 +250,23 @@ class WakeListener:
                 self.connection = None
 
     def _connect(self) -> None:
-        params = connections[DEFAULT_DB_ALIAS].get_connection_params()
-        for django_only in ("cursor_factory", "context", "prepare_threshold"):
-            params.pop(django_only, None)
+        """A direct connection: LISTEN_DATABASE_URL when set (behind PgBouncer in transaction
+        pooling, LISTEN must bypass the pooler), else the default database's parameters."""
+        url = get_config().listen_database_url
+        if url:
+            params: dict = {"conninfo": url}
+        else:
+            params = connections[DEFAULT_DB_ALIAS].get_connection_params()
+            for django_only in ("cursor_factory", "context", "prepare_threshold"):
+                params.pop(django_only, None)
         params.setdefault("connect_timeout", 10)
+        for option, value in KEEPALIVES.items():
+            params.setdefault(option, value)
         self.connection = psycopg.connect(
             **params, autocommit=True, application_name="jobs-wake-listener"
         )
-        self.connection.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
-        self.connection.execute(f"LISTEN {CHANNEL}")
+        self._ping(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+        self._ping(f"LISTEN {CHANNEL}")
         self.connects += 1
         logger.info(
             "job wake-up listener connected (LISTEN %s)",
@@ -164,15 +275,56 @@ class WakeListener:
         )
 
     def _wait_for_notifications(self) -> bool:
-        """Block up to WAIT_SECONDS for a notification; drain a burst; True if any came."""
+        """Block until a notification, the next timer or WAIT_SECONDS; read a burst as one
+        round; arm a timer for each due time ahead. True if a job may be due now."""
         assert self.connection is not None
-        got = False
-        for _ in self.connection.notifies(timeout=WAIT_SECONDS, stop_after=1):
-            got = True
-        if got:  # read whatever else arrives in the next moments: one decision for a burst
-            for _ in self.connection.notifies(timeout=self.coalesce_seconds):
-                pass
-        return got
+        timeout = WAIT_SECONDS
+        if self._timers:
+            timeout = max(0.0, min(timeout, self._timers[0] - time.monotonic()))
+        payloads = [n.payload for n in self.connection.notifies(timeout=timeout, stop_after=1)]
+        if not payloads:
+            return False
+        # Read whatever else arrives in the next moments: one decision for a burst.
+        payloads += [n.payload for n in self.connection.notifies(timeout=self.coalesce_seconds)]
+        due_now = False
+        now = time.monotonic()
+        for payload in payloads:
+            try:
+                due_epoch = float(payload)
+            except ValueError:  # not our trigger's (another role may NOTIFY): check now
+                due_now = True
+                continue
+            if self._db_minus_monotonic is None or due_epoch - self._db_minus_monotonic <= now:
+                due_now = True
+            else:
+                self._arm(due_epoch)
+        return due_now
+
+
+_JOBS = "jobs_job"
+# Served by the partial index on queued rows (jobs_job_claim_idx).
+_DUE_NOW_SQL = f"""
+SELECT EXISTS (
+    SELECT 1 FROM {_JOBS}
+    WHERE status = 'queued' AND run_after <= clock_timestamp() AND attempts < max_attempts
+)
+"""
+_LOOK_AHEAD_SQL = f"""
+SELECT extract(epoch FROM clock_timestamp()),
+       (SELECT extract(epoch FROM min(run_after)) FROM {_JOBS}
+        WHERE status = 'queued' AND attempts < max_attempts
+          AND run_after > clock_timestamp()
+          AND run_after <= clock_timestamp() + make_interval(secs => {LOOK_AHEAD_SECONDS}))
+"""
+
+
+def _wait_socket(fileno: int, deadline: float, *, write: bool = False) -> None:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the wake-up listener's ping got no answer in time")
+    readers, writers = ([], [fileno]) if write else ([fileno], [])
+    if not any(select.select(readers, writers, [], left)):
+        raise TimeoutError("the wake-up listener's ping got no answer in time")
 
 
 def _sleep_unless(should_stop: Callable[[], bool], seconds: float) -> None:

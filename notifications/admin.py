@@ -51,6 +51,10 @@ class EmailNotificationAdmin(admin.ModelAdmin):
     date_hierarchy = "created_at"
     actions = ["retry_failed"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[EmailNotification]:
+        # The last error (a traceback) loads only on a notification's own page (issue 22).
+        return super().get_queryset(request).defer("last_error")
+
     @admin.action(description="Retry sending (failed rows only)", permissions=["change"])
     def retry_failed(self, request: HttpRequest, queryset: QuerySet[EmailNotification]):
         ids = list(queryset.filter(status="failed").values_list("pk", flat=True))

@@ -14,10 +14,10 @@ from datetime import datetime, timedelta
 
 from django.db.models import F, Q
 
-from jobs.backoff import retry_delay as backoff_delay
 from notifications.conf import get_config
 from notifications.models import EmailNotification
 from notifications.selectors import notifications_stuck_sending
+from project.backoff import retry_delay as backoff_delay
 
 logger = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import F
-from django.utils import timezone
 
 from notifications import sending, services
 from notifications.addresses import address_problem
 from notifications.emails import Delivery
 from notifications.models import EmailNotification, NotificationPreference, Proposal
+from project.db_clock import db_now
 
 Kind = EmailNotification.Kind
 Status = EmailNotification.Status
@@ -44,10 +44,12 @@ class UserWork:
 
 
 class Clock:
-    """Real time, or a fixed start (tests, benchmarks) that advances with the monotonic clock."""
+    """The database's time (its claims and expiries are compared by other hosts, whose clocks
+    may be minutes off), or a fixed start (tests, benchmarks); it advances with the monotonic
+    clock."""
 
     def __init__(self, start: datetime | None) -> None:
-        self._start = start or timezone.now()
+        self._start = start or db_now()
         self._t0 = time.monotonic()
 
     def now(self) -> datetime:

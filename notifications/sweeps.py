@@ -74,19 +74,23 @@ class SweepSummary:
 
 
 @contextmanager
-def _sweep_lock(kind: str) -> Iterator[bool]:
+def _sweep_lock(kind: str) -> Iterator[tuple[bool, datetime]]:
     """One cycle of a sweep at a time across all workers (a PostgreSQL advisory lock).
 
     django-q2 enqueues a schedule again when its interval passes even if the last run is
     still going; two runs of one sweep would only collide on the unique constraints (and log
-    an error per user), so the second simply yields.
+    an error per user), so the second simply yields. Yields whether the lock was taken and
+    the database's time, read by the same statement: the sweep's clock (a host's may be
+    minutes off, and claims and expiries are compared by every host).
     """
     key = zlib.crc32(f"notifications.sweep.{kind}".encode())
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s), pg_backend_pid()", [key])
-        acquired, session = cursor.fetchone()
+        cursor.execute(
+            "SELECT pg_try_advisory_lock(%s), pg_backend_pid(), clock_timestamp()", [key]
+        )
+        acquired, session, db_time = cursor.fetchone()
     try:
-        yield acquired
+        yield acquired, db_time
     finally:
         if acquired:
             _sweep_unlock(kind, key, session)
@@ -120,11 +124,10 @@ def run_sweep(
     if kind not in SWEEPS:
         raise ValueError(f"unknown sweep {kind!r}; choose from {', '.join(SWEEPS)}")
     kind = Kind(kind).value
-    clock = Clock(now)
     sender = sender or get_sender()
     batch_size = batch_size or get_config().sweep_batch_size
     summary = SweepSummary(sweep=kind)
-    with _sweep_lock(kind) as acquired:
+    with _sweep_lock(kind) as (acquired, db_time):
         if not acquired:
             summary.busy = True
             logger.info(
@@ -133,7 +136,7 @@ def run_sweep(
                 extra={"action": "notification_sweep_busy", "sweep": kind},
             )
             return summary
-        return _run_locked(kind, clock, sender, batch_size, summary)
+        return _run_locked(kind, Clock(now or db_time), sender, batch_size, summary)
 
 
 def _run_locked(

@@ -24,7 +24,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 
-from jobs.backoff import retry_delay
+from project.backoff import retry_delay
 
 logger = logging.getLogger(__name__)
 

@@ -116,6 +116,18 @@ if DB_ENGINE != "django.db.backends.postgresql":
 DB_IS_EMBEDDED = Path(DATABASES["default"]["HOST"] or "-").resolve() == EMBEDDED_PG_DIR.resolve()
 DATABASES["default"].setdefault("CONN_MAX_AGE", env_int("DB_CONN_MAX_AGE", 0, minimum=0))
 DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+# libpq TCP keepalives on every connection: a peer that vanished (NAT or load-balancer idle
+# timeout, failover) is noticed instead of a socket that stays "open" for the process' life.
+for _option, _value in {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}.items():
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault(_option, _value)
+# The wake-up listener's own direct connection (behind PgBouncer in transaction pooling,
+# LISTEN must not go through the pooler); empty: the default database's parameters.
+LISTEN_DATABASE_URL = env_str("LISTEN_DATABASE_URL", "")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -226,6 +238,7 @@ JOBS_BACKOFF_BASE_SECONDS = env_float("JOBS_BACKOFF_BASE_SECONDS", 10, minimum=0
 JOBS_BACKOFF_CAP_SECONDS = env_float("JOBS_BACKOFF_CAP_SECONDS", 3600, minimum=0)  # seconds
 JOBS_BACKOFF_JITTER = env_float("JOBS_BACKOFF_JITTER", 0.25, minimum=0)  # fraction of the delay
 JOBS_DEFAULT_MAX_ATTEMPTS = env_int("JOBS_DEFAULT_MAX_ATTEMPTS", 5, minimum=1)
+JOBS_LISTENER_PING_SECONDS = env_float("JOBS_LISTENER_PING_SECONDS", 15.0, minimum=0.1)
 JOBS_CLAIM_BATCH_SIZE = env_int("JOBS_CLAIM_BATCH_SIZE", 20, minimum=1)  # rows per claim query
 JOBS_RETENTION_DAYS = env_float("JOBS_RETENTION_DAYS", 14, minimum=0)  # completed rows kept
 JOBS_EXTRA_HANDLER_MODULES = env_list("JOBS_EXTRA_HANDLER_MODULES", [])  # besides <app>.handlers

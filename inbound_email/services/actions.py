@@ -14,6 +14,7 @@ from inbound_email.models import InboundEmail, Reply, ReplyAttachment
 from inbound_email.services.ledger import raw_is_cut
 from inbound_email.services.store_sync import store_delete_quietly
 from inbound_email.stores import MailStore, default_store
+from project.db_clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def inbound_email_reprocess(*, inbound_email_id: int, store: MailStore | None = 
         row.reason = Reason.NONE
         row.detail = f"reprocess requested after {row.attempts} attempts"
         row.attempts = 0
-        row.next_attempt_at = timezone.now()
+        row.next_attempt_at = db_now()
         row.quarantine_key = ""
         row.intake_deleted = False
         row.duplicate_of = None

@@ -35,7 +35,6 @@ from django.db import (
 )
 from django.db.models import Q
 from django.db.models.functions import Lower
-from django.utils import timezone
 
 from inbound_email import delivery_reports
 from inbound_email.conf import get_config
@@ -67,6 +66,7 @@ from inbound_email.verdicts import read_authentication_results_dmarc, read_ses_v
 from notifications.models import EmailNotification
 from notifications.reply_address import token_from_address
 from notifications.services import notification_unsubscribe
+from project.db_clock import db_now
 from project.reconnect import connection_lost, discard_broken_connection
 
 logger = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ class Outcome:
 def inbound_email_register(*, objects: list[StoredObject]) -> dict[str, InboundEmail]:
     """Ledger rows for listed objects (one INSERT .. ON CONFLICT DO NOTHING); keyed by key."""
     keys = [o.key for o in objects]
-    now = timezone.now()
+    now = db_now()
     InboundEmail.objects.bulk_create(
         [
             InboundEmail(store_key=o.key, etag=o.etag[:200], size=o.size, next_attempt_at=now)
@@ -189,7 +189,7 @@ def inbound_email_handle(*, inbound_email_id: int, store: MailStore) -> Outcome 
     is counted on the row and the object is retried (transient) or quarantined (permanent,
     or attempts spent).
     """
-    now = timezone.now()
+    now = db_now()
     claimed, exhausted = _claim(inbound_email_id=inbound_email_id, now=now)
     if claimed is None:
         return None

@@ -15,10 +15,10 @@ from inbound_email.models import InboundEmail, Reply
 from inbound_email.parsing import raw_preview
 from inbound_email.services.attachments import reply_raw_must_be_kept
 from inbound_email.stores import sha256_hex
-from jobs.backoff import retry_delay
 from notifications.exceptions import NotificationNotOpen
 from notifications.models import EmailNotification
 from notifications.services import notification_mark_responded
+from project.backoff import retry_delay
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +27,8 @@ Reason = InboundEmail.Reason
 
 
 def backoff_seconds(attempt: int, *, base: float, cap: float) -> float:
-    """The jobs app's exponential backoff (capped, with up to 20 % jitter), on mail's own
-    base and cap settings."""
+    """The shared exponential backoff (project/backoff.py: capped, with up to 20 % jitter),
+    on mail's own base and cap settings."""
     return retry_delay(attempt, base=base, cap=cap, jitter=0.2)
 
 

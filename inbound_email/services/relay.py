@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
@@ -64,6 +64,7 @@ from inbound_email.slack import (
 )
 from inbound_email.stores import default_store
 from jobs import enqueue
+from project.db_clock import db_now
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def reply_relay_sweep(*, stale_seconds: float = RELAY_STALE_SECONDS) -> int:
 
     A duplicate wake-up is harmless: the relay locks the reply and checks its status.
     """
-    now = _db_now()
+    now = db_now()
     stale = now - timedelta(seconds=stale_seconds)
     claim_expired = now - timedelta(seconds=get_config().relay_claim_timeout_seconds)
     with transaction.atomic():
@@ -173,20 +174,13 @@ def reply_relay(*, reply_id: int) -> str:
     and the mail processed (and deleted from the intake).
     """
     if not slack_enabled():
-        return _relay_to_inbox(reply_id=reply_id, now=_db_now())
+        return _relay_to_inbox(reply_id=reply_id, now=db_now())
     claim = reply_relay_claim(reply_id=reply_id)
     if claim is None:
         return "skipped"
     result = reply_relay_slack(claim)
     return reply_relay_record(claim=claim, result=result)
 
-
-def _db_now() -> datetime:
-    """The database's clock: claims and their expiry are compared on it, never on a host's
-    (hosts' clocks may differ by more than a claim timeout)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT statement_timestamp()")
-        return cursor.fetchone()[0]
 
 
 def _lock_reply(reply_id: int) -> Reply | None:
@@ -229,7 +223,7 @@ def reply_relay_claim(*, reply_id: int, now: datetime | None = None) -> RelayCla
     """
     deadline = time.monotonic() + get_config().relay_claim_timeout_seconds
     with transaction.atomic():
-        now = now or _db_now()
+        now = now or db_now()
         reply = _lock_reply(reply_id)
         if reply is None or not _due(reply, now):
             return None
@@ -383,7 +377,7 @@ def reply_relay_record(*, claim: RelayClaim, result: RelayResult) -> str:
     the attempt number is the fencing token, so a late answer never overwrites a takeover."""
     budget = get_config().relay_max_attempts
     with transaction.atomic():
-        now = _db_now()
+        now = db_now()
         reply = _lock_reply(claim.reply_id)
         if (
             reply is None

@@ -9,6 +9,7 @@ from model_bakery import baker
 
 from inbound_email.models import InboundEmail, Reply, ReplyAttachment
 from inbound_email.poller import poll_once
+from tests.support.admin_columns import columns_read
 from tests.support.mail import build_mail, with_attachments
 from tests.support.stores import FlakyStore
 
@@ -252,3 +253,11 @@ def test_an_attachment_is_downloaded_not_rendered_and_needs_the_view_permission(
     ).content.decode()
     raw = reverse("admin:inbound_email_inboundemail_raw", args=[big.reply.inbound_email_id])
     assert raw in page
+
+
+def test_the_changelist_never_loads_the_mail_bodies_or_errors(admin_client, quarantined):
+    """Issue 22: the list shows a few short fields; the raw source, decoded bodies and the
+    last error load only on a mail's own page (the raw source only for its download)."""
+    url = reverse("admin:inbound_email_inboundemail_changelist")
+    large = ["raw", "body_text", "headers_text", "last_error"]
+    assert columns_read(admin_client, url, "inbound_email_inboundemail", large) == set()

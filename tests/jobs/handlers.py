@@ -36,6 +36,14 @@ def log_execution(payload: dict) -> None:
         time.sleep(payload["sleep"])
 
 
+@handler("tests.stamp_start")
+def stamp_start(payload: dict) -> None:
+    """Append `n wall-clock-start` to payload['log'] when the handler starts; then sleep."""
+    _append(payload["log"], f"{payload['n']} {time.time()}")
+    if payload.get("sleep"):
+        time.sleep(payload["sleep"])
+
+
 @handler("tests.create_user")
 def create_user(payload: dict) -> None:
     get_user_model().objects.create(username=payload["username"])

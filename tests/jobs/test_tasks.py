@@ -8,6 +8,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 from django_q.models import Task
 from model_bakery import baker
@@ -123,3 +124,42 @@ def test_a_job_committed_while_the_cluster_runs_starts_within_seconds(worker_env
         assert wakeups()[0]["completed"] == 1
     finally:
         stop_process_group(cluster)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_ten_quick_jobs_behind_a_slow_one_start_at_once_on_the_other_worker(worker_env, tmp_path):
+    """Issue 22, head-of-line blocking: one job of 8 s and ten no-op jobs committed together
+    with Q_WORKERS=2; the worker running the slow job holds none of the others, and the
+    other worker starts every one of them within 2 s of the commit."""
+    log = tmp_path / "qcluster.log"
+    starts = tmp_path / "starts.log"
+    env = {**worker_env, "Q_WORKERS": "2", "LOG_LEVEL": "INFO", "LOG_FORMAT": "text"}
+    with log.open("w") as out:
+        cluster = spawn_manage_py(
+            "qcluster", env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        wait_until(lambda: "jobs_job_due" in log.read_text(), "the listener", timeout=60)
+        wait_until(schedules_started_up, "the start-up run of the schedules")
+        with transaction.atomic():
+            enqueue("tests.stamp_start", {"n": 0, "log": str(starts), "sleep": 8})
+            for n in range(1, 11):
+                enqueue("tests.stamp_start", {"n": n, "log": str(starts)})
+        committed = time.time()
+        wait_until(
+            lambda: Job.objects.filter(status=Job.Status.COMPLETED).count() == 11,
+            "all eleven jobs",
+            timeout=60,
+        )
+    finally:
+        stop_process_group(cluster)
+    started = {
+        int(n): float(t) - committed for n, t in map(str.split, starts.read_text().split("\n")[:-1])
+    }
+    assert sorted(started) == list(range(11))
+    late = {n: round(wait, 2) for n, wait in started.items() if n and wait > 2}
+    assert late == {}, f"no-op jobs started late (s after commit): {late}"
+    # started_at is the handler's start, not the claim's: the no-ops were not held.
+    for job in Job.objects.exclude(payload__n=0):
+        assert (job.started_at - job.created_at).total_seconds() < 2.5

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connections, transaction
@@ -17,14 +17,16 @@ from django_q.models import OrmQ, Schedule
 
 from jobs import enqueue
 from jobs.models import Job
-from jobs.services import jobs_retry_now
+from jobs.services import job_claim_batch, job_record_failure, jobs_retry_now
 from jobs.wakeup import CHANNEL, WAKE_TASK, WakeListener, request_wake, wake_tasks_in_broker
+from project.db_clock import db_now
 from tests.support.processes import (
     schedules_started_up,
     spawn_manage_py,
     stop_process_group,
     wait_until,
 )
+from tests.support.tcp_proxy import SilencingProxy
 from tests.support.wakeup import listening, plain_insert, raw_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -123,9 +125,96 @@ def test_a_task_row_that_cannot_be_decoded_does_not_stop_the_wake_up():
     assert request_wake(workers=2) is False  # one is pending
 
 
+def _woken_after(due) -> float:
+    """Seconds from `due` (a database time) until a wake task is pending, on the database's
+    clock; fails if none comes within 8 s."""
+    _wait_for(lambda: wake_tasks_in_broker()[1] >= 1, 8)
+    return (db_now() - due).total_seconds()
+
+
+def _failed_attempt_due_in(seconds: float, settings) -> datetime:
+    """A claimed job whose attempt fails: the retry's backoff makes it due in `seconds`."""
+    settings.JOBS_BACKOFF_BASE_SECONDS = seconds
+    settings.JOBS_BACKOFF_JITTER = 0
+    enqueue("tests.noop")
+    [claimed] = job_claim_batch(worker="w", limit=1)
+    assert job_record_failure(job=claimed, worker="w", exc=RuntimeError("x")) == "retried"
+    return Job.objects.get(pk=claimed.id).run_after
+
+
+def test_a_job_due_in_two_seconds_is_woken_at_its_due_time_however_it_was_inserted(settings):
+    """Issue 22: a job due in the next minute is started at its run_after, not at the
+    minute tick: by plain SQL, by enqueue() and by a retry's backoff; never before it is due
+    (a drain then would find nothing)."""
+    inserts = {
+        "plain SQL": lambda: (
+            Job.objects.get(pk=plain_insert("tests.noop", delay="2 seconds")).run_after
+        ),
+        "enqueue()": lambda: (
+            enqueue("tests.noop", run_after=db_now() + timedelta(seconds=2)).run_after
+        ),
+        "retry backoff": lambda: _failed_attempt_due_in(2, settings),
+    }
+    with _running_listener(workers=2):
+        for how, insert in inserts.items():
+            OrmQ.objects.all().delete()
+            due = insert()
+            late = _woken_after(due)
+            assert 0 <= late <= 0.5, f"{how}: woken {late:.2f}s after run_after"
+            Job.objects.filter(status=Job.Status.QUEUED).update(status=Job.Status.CANCELLED)
+
+
+def test_a_flood_of_notifications_from_another_role_queues_no_wake_task_when_nothing_is_due():
+    """Issue 22: any role that can connect can NOTIFY; with no due job that must cost a few
+    cheap checks (a burst is read as one round), never a wake task."""
+    with _running_listener(workers=2) as listener, raw_connection() as other:
+        for n in range(500):
+            other.execute("SELECT pg_notify(%s, %s)", [CHANNEL, f"{n}" if n % 2 else "x"])
+        time.sleep(1.5)
+        assert wake_tasks_in_broker() == (0, 0)
+        assert listener.wakes_sent == 0
+        assert listener.checks <= 25, listener.checks
+
+
+def test_a_listener_whose_peer_silently_vanished_is_replaced_and_starts_what_came_meanwhile(
+    settings,
+):
+    """Issue 22: the LISTEN connection goes through a proxy that silently stops forwarding
+    (a NAT or load-balancer idle timeout). The listener's ping notices, the connection is
+    replaced, and a job inserted during the outage gets its wake task well within 60 s of
+    the stop (the ping interval is 1 s here, 15 s by default)."""
+    db = connections["default"].settings_dict
+    settings.JOBS_LISTENER_PING_SECONDS = 1
+    with SilencingProxy(db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)) as proxy:
+        settings.LISTEN_DATABASE_URL = (
+            f"postgres://{db['USER']}@127.0.0.1:{proxy.port}/{db['NAME']}"
+        )
+        with _running_listener(workers=2) as listener:
+            proxy.go_silent()
+            stopped = time.monotonic()
+            plain_insert("tests.noop")  # its notification goes nowhere
+            _wait_for(lambda: wake_tasks_in_broker()[1] >= 1, 60)
+            woken = time.monotonic() - stopped
+            assert listener.connects >= 2 and proxy.connections >= 2
+            print(f"wake task {woken:.1f}s after the proxy stopped forwarding")
+            assert woken < 10
+
+
+_SILENT_INSERT = """
+INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, run_after,
+                      created_at, locked_by, last_error)
+VALUES ('tests.noop', '{}', 'queued', 0, 0, 3, now(), now(), '', '')
+"""
+
+
 def test_the_listener_reconnects_after_losing_its_connection_and_wakes_for_what_it_missed():
     with _running_listener(workers=2) as listener:
         with raw_connection() as admin:
+            # A due job whose notification is lost (triggers off for this session).
+            admin.execute("SET session_replication_role = replica")
+            admin.execute(_SILENT_INSERT)
+            time.sleep(0.5)
+            assert wake_tasks_in_broker() == (0, 0)
             killed = admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE application_name = 'jobs-wake-listener' AND datname = current_database()"
@@ -134,6 +223,7 @@ def test_the_listener_reconnects_after_losing_its_connection_and_wakes_for_what_
         _wait_for(lambda: listener.connects == 2)
         _wait_for(lambda: wake_tasks_in_broker() == (1, 1))  # the catch-up wake-up
         OrmQ.objects.all().delete()
+        Job.objects.update(status=Job.Status.CANCELLED)
 
         plain_insert("tests.noop")  # heard on the new connection
         _wait_for(lambda: wake_tasks_in_broker() == (1, 1))

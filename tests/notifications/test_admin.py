@@ -11,6 +11,7 @@ from model_bakery import baker
 
 from notifications.models import EmailNotification, NotificationPreference
 from notifications.sweeps import sweep_new_proposals
+from tests.support.admin_columns import columns_read
 
 pytestmark = pytest.mark.django_db
 Rung = NotificationPreference.Rung
@@ -145,3 +146,11 @@ def test_unsuppress_needs_its_permission_and_is_logged(client):
     assert row.lifted_at is not None and row.lifted_by == "viewer"
     entry = LogEntry.objects.get(object_id=str(row.pk))
     assert entry.user == staff and "Unsuppressed" in entry.get_change_message()
+
+
+def test_the_changelist_never_loads_the_last_error(make_pi, admin_client):
+    """Issue 22: the list never reads a notification's last error (its own page does)."""
+    baker.make(EmailNotification, user=make_pi(), kind="digest", last_error="x" * 5000)
+    url = reverse("admin:notifications_emailnotification_changelist")
+    table = EmailNotification._meta.db_table
+    assert columns_read(admin_client, url, table, ["last_error"]) == set()

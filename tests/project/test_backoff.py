@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from jobs.backoff import retry_delay
+from project.backoff import retry_delay
 
 
 def test_delays_double_per_attempt_until_the_cap_with_bounded_jitter():
