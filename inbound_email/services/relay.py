@@ -182,7 +182,6 @@ def reply_relay(*, reply_id: int) -> str:
     return reply_relay_record(claim=claim, result=result)
 
 
-
 def _lock_reply(reply_id: int) -> Reply | None:
     return (
         Reply.objects.select_for_update(of=("self",))
