@@ -23,6 +23,7 @@ from notifications.models import EmailNotification
 from notifications.selectors import OPEN as OPEN_NOTIFICATION_STATUSES
 from ops.charts import Chart, SeriesIn, buckets, line_chart, stacked_bar_chart
 from ops.status import BACKLOG_ALERT_SECONDS, WorkerStatus, worker_status
+from processes.models import WorkerProcess
 
 CHART_WINDOW = timedelta(hours=24)
 MINUTE, HOUR = timedelta(minutes=1), timedelta(hours=1)
@@ -71,6 +72,7 @@ def worker_health(*, now: datetime | None = None) -> Health:
     status = worker_status(now=now)
     health = Health(status=status, generated_at=now)
     health.sections = [
+        _processes_section(status),
         _jobs_section(status, now),
         _mail_section(status),
         _notifications_section(status),
@@ -87,6 +89,25 @@ def worker_health(*, now: datetime | None = None) -> Health:
     ]
     health.charts = _charts(now)
     return health
+
+
+def _processes_section(status: WorkerStatus) -> Section:
+    """The process registry (issue 20): live, and gone within the last hour; the table below
+    the tiles lists each with its host, pid, version, last beat and current work."""
+    live = sum(1 for p in status.processes if p["state"] == "live")
+    silent = sum(1 for p in status.processes if p["state"] == "gone")
+    return Section(
+        "Processes",
+        (
+            Tile("live", live, changelist(WorkerProcess, health="live")),
+            Tile(
+                "gone in the last hour",
+                len(status.processes) - live,
+                changelist(WorkerProcess, health="gone_recently"),
+                note=f"{silent} fell silent (killed, host lost)" if silent else "",
+            ),
+        ),
+    )
 
 
 def _jobs_section(status: WorkerStatus, now: datetime) -> Section:

@@ -27,6 +27,7 @@ from jobs.models import Job
 from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
 from notifications.selectors import notification_status_counts, notifications_stuck_sending
 from ops.conf import get_config
+from processes.selectors import processes_listed
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
 BACKLOG_ALERT_SECONDS = 300
@@ -48,6 +49,7 @@ class WorkerStatus:
     notifications_by_status: dict[str, int] = field(default_factory=dict)
     notifications_stuck_sending: int = 0
     leases: list[dict[str, Any]] = field(default_factory=list)
+    processes: list[dict[str, Any]] = field(default_factory=list)  # live, then recently gone
     needs_operator: list[str] = field(default_factory=list)
     # Not part of the report (as_dict): the total behind the listed stuck rows, and the moment
     # every figure was read at, for the views that show more than the command prints.
@@ -76,7 +78,27 @@ def worker_status(*, now: datetime | None = None) -> WorkerStatus:
         }
         for lease in leases_live(now=now)
     ]
+    status.processes = _processes()
     return status
+
+
+def _processes() -> list[dict[str, Any]]:
+    """Live processes and those gone within the last hour (processes.selectors), each with
+    its state: live, stopped (a clean stop) or gone (silent for 3 beats: killed, host lost)."""
+    return [
+        {
+            "id": row.pk,
+            "role": row.role,
+            "host": row.host,
+            "pid": row.pid,
+            "version": row.version,
+            "state": "live" if row.live else ("stopped" if row.stopped_at else "gone"),
+            "started_at": row.started_at.isoformat(),
+            "heartbeat_at": row.heartbeat_at.isoformat(),
+            "current": row.current,
+        }
+        for row in processes_listed()
+    ]
 
 
 def database_info() -> dict[str, Any]:

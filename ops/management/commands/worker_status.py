@@ -53,6 +53,15 @@ class Command(BaseCommand):
                 f"  slot {lease['slot']:>2} {lease['role']:<10} {lease['holder']} "
                 f"until {lease['expires_at']}"
             )
+        live = sum(1 for p in status.processes if p["state"] == "live")
+        out(f"Processes:     {live} live, {len(status.processes) - live} gone in the last hour")
+        for p in status.processes:
+            doing = f" running {p['current']}" if p["current"] else ""
+            out(
+                f"  {p['state'].upper():<7} {p['role']:<18} {p['host']}:{p['pid']} "
+                f"v{p['version']} since {p['started_at'][:19]}, last beat "
+                f"{p['heartbeat_at'][:19]}{doing}"
+            )
         if status.needs_operator:
             out("")
             out("NEEDS AN OPERATOR:")
