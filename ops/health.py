@@ -76,6 +76,7 @@ def worker_health(*, now: datetime | None = None) -> Health:
         _jobs_section(status, now),
         _mail_section(status),
         _notifications_section(status),
+        Section("Schedules", ()),
         Section(
             "Writer slots",
             (

@@ -79,6 +79,23 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
     for role, n in sorted(by_role.items()):
         leases.add_metric([role], n)
     yield leases
+    processes = GaugeMetricFamily(
+        "worker_processes_live",
+        "Processes beating in the registry (silent for 3 beats = gone), by role.",
+        labels=["role"],
+    )
+    live_by_role: dict[str, int] = {}
+    for process in status.processes:
+        if process["state"] == "live":
+            live_by_role[process["role"]] = live_by_role.get(process["role"], 0) + 1
+    for role, n in sorted(live_by_role.items()):
+        processes.add_metric([role], n)
+    yield processes
+    yield _gauge(
+        "worker_schedules_overdue",
+        "qcluster schedules with no run for two intervals.",
+        sum(1 for schedule in status.schedules if schedule["overdue"]),
+    )
     yield _gauge(
         "worker_needs_operator_findings",
         "Findings worker_status lists under NEEDS AN OPERATOR (it exits 1 when above 0).",

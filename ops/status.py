@@ -27,6 +27,7 @@ from jobs.models import Job
 from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
 from notifications.selectors import notification_status_counts, notifications_stuck_sending
 from ops.conf import get_config
+from ops.schedule_status import schedule_runs
 from processes.selectors import processes_listed
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
@@ -50,6 +51,7 @@ class WorkerStatus:
     notifications_stuck_sending: int = 0
     leases: list[dict[str, Any]] = field(default_factory=list)
     processes: list[dict[str, Any]] = field(default_factory=list)  # live, then recently gone
+    schedules: list[dict[str, Any]] = field(default_factory=list)  # ops.schedule_status
     needs_operator: list[str] = field(default_factory=list)
     # Not part of the report (as_dict): the total behind the listed stuck rows, and the moment
     # every figure was read at, for the views that show more than the command prints.
@@ -79,7 +81,30 @@ def worker_status(*, now: datetime | None = None) -> WorkerStatus:
         for lease in leases_live(now=now)
     ]
     status.processes = _processes()
+    _schedules(status, now)
     return status
+
+
+def _schedules(status: WorkerStatus, now: datetime) -> None:
+    runs = schedule_runs(now=now)
+    status.schedules = [run.as_dict() for run in runs]
+    for run in runs:
+        if run.overdue:
+            what = "has not run" if run.last_run_at else "never ran since it was due"
+            status.needs_operator.append(
+                f"schedule {run.name!r} {what} for {_duration(run.silent_seconds or 0)} "
+                f"(every {run.as_dict()['every']}): is the qcluster running?"
+            )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} d"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.0f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
 
 
 def _processes() -> list[dict[str, Any]]:

@@ -62,6 +62,13 @@ class Command(BaseCommand):
                 f"v{p['version']} since {p['started_at'][:19]}, last beat "
                 f"{p['heartbeat_at'][:19]}{doing}"
             )
+        overdue = sum(1 for s in status.schedules if s["overdue"])
+        out(f"Schedules:     {len(status.schedules)}, {overdue} overdue")
+        for s in status.schedules:
+            flag = "OVERDUE" if s["overdue"] else "ok"
+            last = (s["last_run_at"] or "never")[:19]
+            nxt = (s["next_run"] or "-")[:19]
+            out(f"  {flag:<7} {s['name']:<40} last {last} ({s['last_result']}), next {nxt}")
         if status.needs_operator:
             out("")
             out("NEEDS AN OPERATOR:")
