@@ -14,12 +14,14 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from ops.rates import rate_metrics
 from ops.status import WorkerStatus, worker_status
 
 
 class WorkerStatusCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from status_metrics(worker_status())
+        yield from rate_metrics()  # counters and histograms kept by triggers (ops/rates.py)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
