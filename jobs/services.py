@@ -124,6 +124,7 @@ _CLAIM_SQL = f"""
 WITH due AS (
     SELECT id FROM {Job._meta.db_table}
     WHERE status = '{Status.QUEUED}' AND run_after <= %s AND attempts < max_attempts
+        AND kind NOT IN (SELECT kind FROM jobs_pausedkind)  -- issue 20 hook: paused kinds
     ORDER BY priority DESC, run_after, id
     LIMIT %s
     FOR UPDATE SKIP LOCKED

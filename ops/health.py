@@ -17,7 +17,7 @@ from django.utils import timezone
 from canonical_ids.models import WriterSlotLease
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.selectors import inbound_received_per_hour
-from jobs.models import Job
+from jobs.models import Job, PausedKind
 from jobs.selectors import jobs_due, jobs_finished_per_minute
 from notifications.models import EmailNotification
 from notifications.selectors import OPEN as OPEN_NOTIFICATION_STATUSES
@@ -58,6 +58,7 @@ class Health:
     sections: list[Section] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
     generated_at: datetime | None = None
+    paused_url: str = ""
 
 
 def changelist(model: type, **params: str) -> str:
@@ -70,7 +71,7 @@ def changelist(model: type, **params: str) -> str:
 def worker_health(*, now: datetime | None = None) -> Health:
     now = now or timezone.now()
     status = worker_status(now=now)
-    health = Health(status=status, generated_at=now)
+    health = Health(status=status, generated_at=now, paused_url=changelist(PausedKind))
     health.sections = [
         _processes_section(status),
         _jobs_section(status, now),

@@ -23,7 +23,7 @@ from inbound_email.selectors import (
     inbound_status_counts,
     replies_needing_operator,
 )
-from jobs.models import Job
+from jobs.models import Job, PausedKind
 from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
 from notifications.selectors import notification_status_counts, notifications_stuck_sending
 from ops.conf import get_config
@@ -52,6 +52,7 @@ class WorkerStatus:
     leases: list[dict[str, Any]] = field(default_factory=list)
     processes: list[dict[str, Any]] = field(default_factory=list)  # live, then recently gone
     schedules: list[dict[str, Any]] = field(default_factory=list)  # ops.schedule_status
+    paused_kinds: list[dict[str, Any]] = field(default_factory=list)  # not claimed until resumed
     needs_operator: list[str] = field(default_factory=list)
     # Not part of the report (as_dict): the total behind the listed stuck rows, and the moment
     # every figure was read at, for the views that show more than the command prints.
@@ -146,6 +147,10 @@ def database_info() -> dict[str, Any]:
 def _jobs(status: WorkerStatus, now: datetime) -> None:
     status.jobs_by_status = {key: n for key, n in sorted(job_status_counts().items()) if n}
     status.jobs_by_kind = job_counts_by_kind()
+    status.paused_kinds = [
+        {"kind": p.kind, "paused_at": p.paused_at.isoformat(), "paused_by": p.paused_by}
+        for p in PausedKind.objects.order_by("kind")
+    ]
     oldest = job_oldest_due(now=now)
     if oldest:
         waited = (now - oldest.run_after).total_seconds()

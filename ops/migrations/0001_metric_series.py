@@ -38,6 +38,8 @@ BEGIN
     IF OLD.status = 'queued' AND NEW.status = 'processing' THEN
         PERFORM ops_metric_observe('job_queue_wait_seconds', NEW.kind,
             extract(epoch FROM NEW.started_at - OLD.run_after), {WAIT_BOUNDS});
+    ELSIF OLD.status = 'processing' AND NEW.status = 'queued' AND NEW.attempts < OLD.attempts THEN
+        NULL;  -- a claim given back unstarted (job_release): its attempt is undone, not failed
     ELSIF OLD.status = 'processing' AND NEW.status IN ('completed', 'queued', 'failed') THEN
         PERFORM ops_metric_observe('job_duration_seconds', NEW.kind,
             extract(epoch FROM coalesce(NEW.completed_at, clock_timestamp()) - OLD.started_at),
@@ -119,7 +121,7 @@ class Migration(migrations.Migration):
     initial = True
 
     dependencies = [
-        ("jobs", "0003_row_checks"),
+        ("jobs", "0004_job_attempts_and_paused_kinds"),
         ("inbound_email", "0007_reason_vanished"),
         ("notifications", "0004_reply_rejected_notices"),
     ]

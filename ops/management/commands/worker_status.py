@@ -33,6 +33,8 @@ class Command(BaseCommand):
         out("Jobs:          " + _fmt(status.jobs_by_status))
         for kind, counts in status.jobs_by_kind.items():
             out(f"  {kind}: {_fmt(counts)}")
+        for paused in status.paused_kinds:
+            out(f"  PAUSED: {paused['kind']} since {paused['paused_at'][:19]} (not claimed)")
         if status.oldest_due_job:
             job = status.oldest_due_job
             out(f"  oldest due: #{job['id']} {job['kind']} waiting {job['waiting_seconds']}s")
