@@ -21,7 +21,7 @@ from inbound_email.services.actions import (
     inbound_email_reprocess,
     reply_acknowledge,
 )
-from project.admin import ReadOnlyAdmin, SelectorFilter
+from project.admin import CappedCountPaginator, ReadOnlyAdmin, SelectorFilter
 
 
 def _pre(text: str) -> str:
@@ -49,6 +49,9 @@ class InboundEmailAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     actions = ("reprocess", "discard")
     change_form_template = "admin/inbound_email/inboundemail/change_form.html"
+    paginator = CappedCountPaginator  # no COUNT(*) over every mail (issue 20)
+    list_per_page = 50
+    show_full_result_count = False
     fieldsets = (
         (None, {"fields": ("store_key", "status", "reason", "detail", "attempts")}),
         ("Mail", {"fields": ("message_id", "from_address", "to_addresses", "subject", "sent_at")}),

@@ -172,3 +172,27 @@ class PausedKind(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} (paused)"
+
+
+class JobCount(models.Model):
+    """How many job rows have each (kind, status): kept by the statement triggers of
+    migration 0005 in the transaction of every INSERT, UPDATE, DELETE and TRUNCATE of
+    jobs_job, so the admin, worker_status and the health page read counts without scanning
+    a million rows (issue 20, bench/console.py). `shard` is the writing backend's pid
+    modulo 16: concurrent workers do not queue on one row lock. Sum over shards to read.
+    """
+
+    kind = models.CharField(max_length=100)
+    status = models.CharField(max_length=20)
+    shard = models.SmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "status", "shard"], name="jobs_jobcount_kind_status_shard"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.status}#{self.shard}: {self.n}"
