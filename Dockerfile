@@ -13,6 +13,7 @@ COPY jobs ./jobs
 COPY inbound_email ./inbound_email
 COPY notifications ./notifications
 COPY ops ./ops
+COPY processes ./processes
 COPY manage.py ./
 RUN pip install . && useradd --create-home --uid 1000 worker && mkdir -p /app/var \
     && chown worker /app/var

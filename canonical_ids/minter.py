@@ -2,7 +2,8 @@
 
 `TsMinter` is the pure arithmetic for one slot (time source injectable). `ProcessMinter` is
 the one per OS process: it holds a lease on a slot (canonical_ids.leases), renews it on mint
-when due, drops it in a forked child, and never mints without one (I1). Ids of one process
+when due and on a timer thread while it holds it (so an idle holder's slot stays held and
+shows as held), drops it in a forked child, and never mints without one (I1). Ids of one process
 are strictly increasing, across slot changes too (I2).
 """
 
@@ -103,8 +104,10 @@ class ProcessMinter:
         time_source: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.monotonic,
+        renew_on_timer: bool = True,
     ) -> None:
         self._config = config
+        self._renew_on_timer = renew_on_timer  # False: renewed only on a mint (tests of that path)
         self._time = time_source
         self._sleep = sleep
         self._monotonic = monotonic
@@ -112,6 +115,7 @@ class ProcessMinter:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
+        self._renewer: threading.Thread | None = None  # a thread does not survive a fork
         self._held: _Held | None = None
         self._ts: TsMinter | None = None
         self._pid = os.getpid()
@@ -167,6 +171,20 @@ class ProcessMinter:
             leases.lease_release(
                 slot=held.lease.slot, token=held.lease.token, last_ts=self._last_ts()
             )
+
+    def renew_if_due(self) -> float | None:
+        """Renew the held lease if its renewal is due (the timer's call); never claim a new
+        slot from here. Returns seconds until the next renewal is due, None when nothing is
+        held any more (released, forked, the database changed): the timer then stops."""
+        with self._lock:
+            held = self._held
+            if held is None or self._pid != os.getpid():
+                return None
+            if held.database != leases.database_key():
+                return None
+            if self._monotonic() >= held.renew_due:
+                held = self._ensure_lease()
+            return max(0.0, held.renew_due - self._monotonic())
 
     def after_fork_in_child(self) -> None:
         """A forked child must not mint in its parent's slot: drop everything inherited."""
@@ -262,7 +280,47 @@ class ProcessMinter:
             valid_until=now + config.lease_ttl,
             database=leases.database_key(),
         )
+        self._start_renewer(config)
         return self._held
+
+    def _start_renewer(self, config: Config) -> None:
+        if not self._renew_on_timer:
+            return
+        if self._renewer is not None and self._renewer.is_alive():
+            return
+        self._renewer = threading.Thread(
+            target=_renew_on_timer,
+            args=(self, config.renew_interval),
+            name=f"canonical-ids-lease-renewer-{os.getpid()}",
+            daemon=True,
+        )
+        self._renewer.start()
+
+
+def _renew_on_timer(minter: ProcessMinter, interval: float) -> None:
+    """Renew `minter`'s lease whenever it is due, until it holds none (issue 20).
+
+    Before this a lease was renewed only on a mint, so a worker that minted nothing for a
+    lease's length lost its slot while alive: the admin showed "0 held", another process
+    could take the slot. The renewal opens its own connection (canonical_ids.leases), so it
+    never touches the thread that mints. A failed renewal is logged by `_ensure_lease`; once
+    the lease has run out, the next mint claims again.
+    """
+    wait = interval
+    while True:
+        time.sleep(min(max(wait, 0.05), interval))
+        try:
+            wait = minter.renew_if_due()
+        except Exception:  # noqa: BLE001 - the renewal loop's one catch-all: log, try again next beat
+            logger.warning(
+                "Timed renewal of the writer slot failed; trying again",
+                exc_info=True,
+                extra={"action": "slot_timer_renew_failed"},
+            )
+            wait = interval
+            continue
+        if wait is None:
+            return
 
 
 _minter = ProcessMinter()

@@ -4,14 +4,17 @@ services. Mail is never rendered as HTML and never fetches remote content."""
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.http import content_disposition_header
+from django.views.decorators.http import require_POST
 
 from inbound_email.exceptions import InboundEmailError
 from inbound_email.models import InboundEmail, Reply, ReplyAttachment
+from inbound_email.parsing import parse_headers
 from inbound_email.selectors import (
     inbound_email_raw_kept_bytes,
     inbound_relays_stuck,
@@ -24,7 +27,7 @@ from inbound_email.services.actions import (
     inbound_email_reprocess,
     reply_acknowledge,
 )
-from project.admin import ReadOnlyAdmin, SelectorFilter
+from project.admin import CappedCountPaginator, ReadOnlyAdmin, SelectorFilter
 
 
 def _pre(text: str) -> str:
@@ -51,6 +54,10 @@ class InboundEmailAdmin(ReadOnlyAdmin):
     search_fields = ("store_key", "message_id", "subject")
     date_hierarchy = "created_at"
     actions = ("reprocess", "discard")
+    change_form_template = "admin/inbound_email/inboundemail/change_form.html"
+    paginator = CappedCountPaginator  # no COUNT(*) over every mail (issue 20)
+    list_per_page = 50
+    show_full_result_count = False
     fieldsets = (
         (None, {"fields": ("store_key", "status", "reason", "detail", "attempts")}),
         ("Mail", {"fields": ("message_id", "from_address", "to_addresses", "subject", "sent_at")}),
@@ -96,7 +103,17 @@ class InboundEmailAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Last error")
     def error_view(self, obj: InboundEmail) -> str:
-        return _pre(obj.last_error) if obj.last_error else "—"
+        # Folded: the reason above says what happened in words; the traceback is for a
+        # developer (issue 20).
+        if not obj.last_error:
+            return "—"
+        first = obj.last_error.strip().splitlines()[-1][:200] if obj.last_error.strip() else ""
+        return format_html(
+            '<details class="traceback"><summary>{}</summary>'
+            '<pre style="white-space: pre-wrap; max-height: 40em">{}</pre></details>',
+            first or "traceback",
+            obj.last_error,
+        )
 
     @admin.display(description="Raw source")
     def raw_link(self, obj: InboundEmail) -> str:
@@ -117,7 +134,86 @@ class InboundEmailAdmin(ReadOnlyAdmin):
             self.admin_site.admin_view(self.raw_view),
             name="inbound_email_inboundemail_raw",
         )
-        return [raw, *super().get_urls()]
+        one = [
+            path(
+                f"<int:pk>/{verb}/",
+                self.admin_site.admin_view(require_POST(getattr(self, f"{verb}_view"))),
+                name=f"inbound_email_inboundemail_{verb}",
+            )
+            for verb in ("reprocess", "discard")
+        ]
+        return [raw, *one, *super().get_urls()]
+
+    # --- the detail page of a settled (quarantined / rejected) mail (issue 20) ------------
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        obj = self.get_object(request, object_id)
+        extra = dict(extra_context or {})
+        if obj is not None:
+            settled = obj.status in (InboundEmail.Status.QUARANTINED, InboundEmail.Status.REJECTED)
+            extra.update(
+                mail_summary=self._summary(obj),
+                reason_words=self._reason_words(obj),
+                can_operate=settled and self.has_operate_permission(request),
+            )
+        return super().change_view(request, object_id, form_url, extra_context=extra)
+
+    @staticmethod
+    def _reason_words(obj: InboundEmail) -> str:
+        status = obj.get_status_display()
+        if not obj.reason:
+            return status
+        return f"{status}: {obj.get_reason_display()}"
+
+    @staticmethod
+    def _summary(obj: InboundEmail) -> dict[str, str]:
+        """From, To, Subject and Date: from the row when the mail was parsed, else from its
+        stored raw, read with the intake's own header limits (a quarantined mail often never
+        got that far). Values are plain text; the template escapes them."""
+        summary = {
+            "from": obj.from_address,
+            "to": obj.to_addresses,
+            "subject": obj.subject,
+            "date": f"{obj.sent_at:%Y-%m-%d %H:%M:%S} UTC" if obj.sent_at else "",
+            "source": "the ledger row",
+            "problem": "",
+        }
+        if summary["from"] and summary["subject"]:
+            return summary
+        try:  # `raw` is deferred in the admin's queryset: this loads it, for this row only
+            parsed = parse_headers(inbound_email_raw(inbound_email=obj))
+        except InboundEmailError as exc:  # store unreachable or gone, or past a header limit
+            summary["problem"] = f"the stored mail could not be read: {exc}"
+            return summary
+        summary.update(
+            {
+                "from": parsed.from_address or parsed.header("From"),
+                "to": ", ".join(parsed.recipients) or parsed.header("To"),
+                "subject": parsed.subject,
+                "date": f"{parsed.date:%Y-%m-%d %H:%M:%S %Z}".strip() if parsed.date else "",
+                "source": "the stored raw mail (parsed with the intake's limits)",
+            }
+        )
+        return summary
+
+    def _one(self, request: HttpRequest, pk: int, service, verb: str) -> HttpResponseRedirect:
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        obj = get_object_or_404(InboundEmail.objects.defer("raw"), pk=pk)
+        try:
+            service(inbound_email_id=pk)
+        except InboundEmailError as exc:
+            self.message_user(request, f"#{pk}: {exc}", messages.WARNING)
+        else:
+            self.log_change(request, obj, verb)
+            self.message_user(request, f"Mail #{pk} {verb}.", messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:inbound_email_inboundemail_change", args=[pk]))
+
+    def reprocess_view(self, request: HttpRequest, pk: int) -> HttpResponseRedirect:
+        return self._one(request, pk, inbound_email_reprocess, "queued for reprocessing")
+
+    def discard_view(self, request: HttpRequest, pk: int) -> HttpResponseRedirect:
+        return self._one(request, pk, inbound_email_discard, "discarded")
 
     def raw_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         if not self.has_view_permission(request):

@@ -24,6 +24,7 @@ from inbound_email.services.intake import (
 from inbound_email.services.relay import reply_relay_sweep
 from inbound_email.services.store_sync import inbound_email_finalize
 from inbound_email.stores import MailStore, default_store
+from processes.beacon import doing
 from project.db_clock import db_now
 
 logger = logging.getLogger(__name__)
@@ -113,7 +114,11 @@ def _handle(
     inbound_email_id: int, store: MailStore, summary: PollSummary, finished: list[int]
 ) -> None:
     """Claim and handle one due row; count its outcome, and note it for the store clean-up."""
-    outcome = inbound_email_handle(inbound_email_id=inbound_email_id, store=store)
+    doing(f"mail #{inbound_email_id}")  # the process registry's "current" (issue 20)
+    try:
+        outcome = inbound_email_handle(inbound_email_id=inbound_email_id, store=store)
+    finally:
+        doing("")
     if outcome is None:
         summary.outcomes["skipped"] += 1
         return

@@ -6,14 +6,24 @@ queryset-level UPDATE, so "select all 12,000 failed jobs → retry now" is one s
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models.functions import Substr
+from django.http import HttpRequest, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
+from django.views.decorators.http import require_POST
 
 from jobs import registry, services
-from jobs.models import Job
+from jobs.error_groups import job_error_groups, jobs_in_error_group
+from jobs.models import Job, JobAttempt, PausedKind
+from jobs.reaper import job_reap
 from jobs.selectors import job_status_counts, jobs_due, jobs_stuck
-from project.admin import SelectorFilter
+from project.admin import CappedCountPaginator, SelectorFilter
 
 
 class KindFilter(admin.SimpleListFilter):
@@ -27,6 +37,23 @@ class KindFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         return queryset.filter(kind=self.value()) if self.value() else queryset
+
+
+class ErrorGroupFilter(admin.SimpleListFilter):
+    """`?error_group=<key>`: the failed jobs of one error group (linked from its page)."""
+
+    title = "error group"
+    parameter_name = "error_group"
+
+    def lookups(self, request, model_admin):
+        value = self.value()
+        return [(value, f"group {value[:8]}")] if value else []
+
+    def queryset(self, request, queryset):
+        value = self.value() or ""
+        if not value:
+            return queryset
+        return queryset.filter(pk__in=jobs_in_error_group(value).values("pk"))
 
 
 class JobHealthFilter(SelectorFilter):
@@ -48,13 +75,15 @@ class JobAdmin(admin.ModelAdmin):
         "created_at",
         "completed_at",
         "failed_at",
+        "held_by",
         "error_summary",
     )
-    list_filter = ("status", KindFilter, JobHealthFilter)
+    list_filter = ("status", KindFilter, JobHealthFilter, ErrorGroupFilter)
     search_fields = ("kind",)  # plus an exact id, see get_search_results
     search_help_text = "A job id (e.g. 42 or #42), or part of a kind."
     ordering = ("-id",)
-    list_per_page = 100
+    list_per_page = 50  # rendering 100 rows cost more than every query of the page
+    paginator = CappedCountPaginator  # no COUNT(*) over a million rows
     show_full_result_count = False  # no second COUNT(*) over a large table
     actions = ("retry_now", "cancel")
     fields = [field.name for field in Job._meta.fields if field.name != "last_error"] + [
@@ -62,6 +91,7 @@ class JobAdmin(admin.ModelAdmin):
     ]
     readonly_fields = fields
     change_list_template = "admin/jobs/job/change_list.html"
+    change_form_template = "admin/jobs/job/change_form.html"
 
     def has_add_permission(self, request) -> bool:
         return False
@@ -97,6 +127,129 @@ class JobAdmin(admin.ModelAdmin):
         }
         return super().changelist_view(request, extra_context=extra_context)
 
+    # --- the detail page: attempt history and the actions at hand (issue 20) ----------------
+
+    def get_urls(self):
+        def view(action):
+            return self.admin_site.admin_view(require_POST(getattr(self, f"{action}_view")))
+
+        return [
+            path(
+                "error-groups/",
+                self.admin_site.admin_view(self.error_groups_view),
+                name="jobs_job_error_groups",
+            ),
+            path(
+                "error-groups/<str:key>/retry/",
+                view("retry_group"),
+                name="jobs_job_error_group_retry",
+            ),
+            path("<int:job_id>/retry/", view("retry"), name="jobs_job_retry"),
+            path("<int:job_id>/cancel/", view("cancel"), name="jobs_job_cancel"),
+            path("<int:job_id>/reap/", view("reap"), name="jobs_job_reap"),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        job = self.get_object(request, object_id)
+        extra = dict(extra_context or {})
+        if job is not None:
+            now = timezone.now()
+            stuck = (
+                job.status == Job.Status.PROCESSING
+                and job.lease_expires_at is not None
+                and job.lease_expires_at < now
+            )
+            can_act = self._may_act(request)
+            extra.update(
+                attempts=JobAttempt.objects.filter(job_id=job.pk).order_by("number", "id"),
+                stuck=stuck,
+                paused=PausedKind.objects.filter(kind=job.kind).first(),
+                can_retry=can_act
+                and job.status in (Job.Status.QUEUED, Job.Status.FAILED, Job.Status.CANCELLED),
+                can_cancel=can_act and job.status in (Job.Status.QUEUED, Job.Status.FAILED),
+                can_reap=can_act and stuck,
+            )
+        return super().change_view(request, object_id, form_url, extra_context=extra)
+
+    def error_groups_view(self, request: HttpRequest) -> TemplateResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        changelist = reverse("admin:jobs_job_changelist")
+        groups = [
+            (group, f"{changelist}?status__exact=failed&error_group={group.key}")
+            for group in job_error_groups()
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Failed jobs by error",
+            "groups": groups,
+            "can_retry": self._may_act(request),
+        }
+        return TemplateResponse(request, "admin/jobs/job/error_groups.html", context)
+
+    def retry_group_view(self, request: HttpRequest, key: str) -> HttpResponseRedirect:
+        """Retry every failed job of one group: one UPDATE, one entry in the admin's log."""
+        if not self._may_act(request):
+            raise PermissionDenied
+        jobs = jobs_in_error_group(key)
+        first = jobs.order_by("pk").first()
+        count = services.jobs_retry_now(jobs=jobs)
+        if first is not None and count:
+            self.log_change(request, first, f"retried error group {key}: {count} job(s)")
+        self.message_user(request, f"{count} job(s) of the group queued to run now.")
+        return HttpResponseRedirect(reverse("admin:jobs_job_error_groups"))
+
+    def _may_act(self, request: HttpRequest) -> bool:
+        return super().has_change_permission(request)  # the model's change permission
+
+    def _act(
+        self, request: HttpRequest, job_id: int, message: str, done: int
+    ) -> HttpResponseRedirect:
+        if not self._may_act(request):
+            raise PermissionDenied
+        job = get_object_or_404(Job, pk=job_id)
+        if done:
+            self.log_change(request, job, message)
+            self.message_user(request, f"Job #{job_id}: {message}.", messages.SUCCESS)
+        else:
+            self.message_user(
+                request, f"Job #{job_id} is {job.status}: nothing done.", messages.WARNING
+            )
+        return HttpResponseRedirect(reverse("admin:jobs_job_change", args=[job_id]))
+
+    def retry_view(self, request: HttpRequest, job_id: int) -> HttpResponseRedirect:
+        if not self._may_act(request):
+            raise PermissionDenied
+        count = services.jobs_retry_now(jobs=Job.objects.filter(pk=job_id))
+        return self._act(request, job_id, "queued to run now", count)
+
+    def cancel_view(self, request: HttpRequest, job_id: int) -> HttpResponseRedirect:
+        if not self._may_act(request):
+            raise PermissionDenied
+        count = services.jobs_cancel(jobs=Job.objects.filter(pk=job_id))
+        return self._act(request, job_id, "cancelled", count)
+
+    def reap_view(self, request: HttpRequest, job_id: int) -> HttpResponseRedirect:
+        if not self._may_act(request):
+            raise PermissionDenied
+        reaped = job_reap(job_id=job_id)
+        status = f"reaped ({reaped.status})" if reaped else ""
+        return self._act(request, job_id, status, 1 if reaped else 0)
+
+    @admin.display(description="held by")
+    def held_by(self, job: Job) -> str:
+        """For a running job: the worker run holding it and its lease expiry (a stuck job's
+        holder is the process that died)."""
+        if job.status != Job.Status.PROCESSING:
+            return ""
+        expires = job.lease_expires_at
+        if expires is None:
+            return job.locked_by
+        state = "expired" if expires < timezone.now() else "until"
+        return f"{job.locked_by}, lease {state} {expires:%H:%M:%S}"
+
     @admin.display(description="attempts")
     def attempts_display(self, job: Job) -> str:
         return f"{job.attempts}/{job.max_attempts}"
@@ -126,3 +279,33 @@ class JobAdmin(admin.ModelAdmin):
     def cancel(self, request, queryset):
         count = services.jobs_cancel(jobs=queryset)
         self.message_user(request, f"{count} job(s) cancelled.", messages.SUCCESS)
+
+
+@admin.register(PausedKind)
+class PausedKindAdmin(admin.ModelAdmin):
+    """Pausing a kind is adding it here; resuming is deleting it. The claim skips paused
+    kinds, so their jobs wait in the queue; each change is in the admin's log."""
+
+    list_display = ("kind", "paused_at", "paused_by", "note", "queued")
+    fields = ("kind", "note")
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        if obj is None:
+            kinds = registry.registered_kinds()
+            form.base_fields["kind"] = forms.ChoiceField(
+                choices=[(k, k) for k in kinds], help_text="A job kind registered in code."
+            )
+        return form
+
+    def get_readonly_fields(self, request, obj=None):
+        return ("kind",) if obj is not None else ()
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            obj.paused_by = request.user.get_username()[:150]
+        super().save_model(request, obj, form, change)
+
+    @admin.display(description="queued jobs waiting")
+    def queued(self, obj: PausedKind) -> int:
+        return Job.objects.filter(kind=obj.kind, status=Job.Status.QUEUED).count()

@@ -113,3 +113,87 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job #{self.pk} {self.kind} ({self.status})"
+
+
+class JobAttempt(models.Model):
+    """One attempt of a job: who ran it, when, how it ended (issue 20, the job's history).
+
+    Written only by the triggers of migration 0004, in the same transaction as the claim
+    (an attempt starts: `queued` -> `processing`) and as the completion, failure, reaping or
+    release that ends it, whichever code path or producer wrote it. No foreign key: another
+    producer may delete job rows with plain SQL; a trigger deletes a job's attempts with it.
+    """
+
+    class Outcome(models.TextChoices):
+        RUNNING = "running", "Running"
+        COMPLETED = "completed", "Completed"
+        RETRIED = "retried", "Failed, retried"
+        FAILED = "failed", "Failed for good"
+        RELEASED = "released", "Given back unstarted (not counted)"
+        CANCELLED = "cancelled", "Cancelled"
+
+    job_id = models.BigIntegerField()
+    number = models.PositiveIntegerField()  # the job's `attempts` after the claim
+    worker = models.CharField(max_length=200)  # the run that held it: host:pid:random
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job_id", "number", "id"]
+        indexes = [models.Index(fields=["job_id", "number"], name="jobs_attempt_job_idx")]
+
+    def __str__(self) -> str:
+        return f"job #{self.job_id} attempt {self.number} ({self.outcome})"
+
+    @property
+    def error_head(self) -> str:
+        """The error's first line (the exception), for a folded traceback's summary."""
+        first = self.error.split("\n", 1)[0]
+        return first if len(first) <= 120 else first[:117] + "..."
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+
+class PausedKind(models.Model):
+    """A job kind an operator paused: its jobs stay queued, the claim skips them (issue 20)."""
+
+    kind = models.CharField(max_length=100, primary_key=True)
+    paused_at = models.DateTimeField(auto_now_add=True)
+    paused_by = models.CharField(max_length=150, blank=True, default="")
+    note = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        ordering = ["kind"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} (paused)"
+
+
+class JobCount(models.Model):
+    """How many job rows have each (kind, status): kept by the statement triggers of
+    migration 0005 in the transaction of every INSERT, UPDATE, DELETE and TRUNCATE of
+    jobs_job, so the admin, worker_status and the health page read counts without scanning
+    a million rows (issue 20, bench/console.py). `shard` is the writing backend's pid
+    modulo 16: concurrent workers do not queue on one row lock. Sum over shards to read.
+    """
+
+    kind = models.CharField(max_length=100)
+    status = models.CharField(max_length=20)
+    shard = models.SmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "status", "shard"], name="jobs_jobcount_kind_status_shard"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.status}#{self.shard}: {self.n}"

@@ -150,3 +150,18 @@ def _reap(*, stale: QuerySet[Job], now: datetime) -> list[ReapedJob]:
             )
             updated = {row[0] for row in cursor.fetchall()}
     return [job for job in planned if job.id in updated]
+
+
+def job_reap(*, job_id: int) -> ReapedJob | None:
+    """Reap one job from its admin page (issue 20): the same rules and statement as the
+    reaper's, and only if it is still `processing` past its lease; None otherwise."""
+    now = db_now()
+    stale = Job.objects.filter(pk=job_id, status=Status.PROCESSING, lease_expires_at__lt=now)
+    reaped = _reap(stale=stale, now=now)
+    for job in reaped:
+        logger.warning(
+            "job reaped by an operator: %s",
+            job.describe(),
+            extra={"action": "job_reaped", "job_id": job.id, "kind": job.kind},
+        )
+    return reaped[0] if reaped else None

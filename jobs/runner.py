@@ -21,6 +21,7 @@ from django.db import DatabaseError, connection, transaction
 from jobs import registry, services
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost
+from processes.beacon import doing
 from project.reconnect import Reconnect, connection_lost, discard_broken_connection, sleep_until
 from project.redaction import redact_emails
 
@@ -124,6 +125,7 @@ def run_pending(
                     wake_others()
             _run_one(pending.popleft(), summary, reconnect, stop=stop, deadline=deadline)
     finally:
+        doing("")  # issue 20 hook: idle again in the process registry
         heartbeat.stop()
         if pending:  # deadline, stop request, interrupt or database error: give them back
             try:
@@ -179,6 +181,7 @@ def _run_one(
     deadline: float | None,
 ) -> None:
     context = {"job_id": job.id, "kind": job.kind, "attempt": job.attempts}
+    doing(f"job #{job.id} {job.kind}")  # issue 20 hook: the process registry's "current"
     try:
         fn = registry.get_handler(job.kind)
         if registry.runs_in_transaction(job.kind):

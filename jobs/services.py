@@ -139,6 +139,7 @@ WITH due AS (
     SELECT id FROM {Job._meta.db_table}
     WHERE status = '{Status.QUEUED}' AND run_after <= clock_timestamp()
       AND attempts < max_attempts
+      AND kind NOT IN (SELECT kind FROM jobs_pausedkind)  -- issue 20: paused kinds
     ORDER BY priority DESC, run_after, id
     LIMIT %s
     FOR UPDATE SKIP LOCKED
@@ -153,6 +154,7 @@ RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run
         SELECT 1 FROM {Job._meta.db_table} AS other
         WHERE other.status = '{Status.QUEUED}' AND other.run_after <= clock_timestamp()
           AND other.attempts < other.max_attempts AND other.id NOT IN (SELECT id FROM due)
+          AND other.kind NOT IN (SELECT kind FROM jobs_pausedkind)
     ) AS more_due
 """
 

@@ -307,6 +307,7 @@ _DUE_NOW_SQL = f"""
 SELECT EXISTS (
     SELECT 1 FROM {_JOBS}
     WHERE status = 'queued' AND run_after <= clock_timestamp() AND attempts < max_attempts
+      AND kind NOT IN (SELECT kind FROM jobs_pausedkind)  -- a paused kind wakes nobody
 )
 """
 _LOOK_AHEAD_SQL = f"""
@@ -314,7 +315,8 @@ SELECT extract(epoch FROM clock_timestamp()),
        (SELECT extract(epoch FROM min(run_after)) FROM {_JOBS}
         WHERE status = 'queued' AND attempts < max_attempts
           AND run_after > clock_timestamp()
-          AND run_after <= clock_timestamp() + make_interval(secs => {LOOK_AHEAD_SECONDS}))
+          AND run_after <= clock_timestamp() + make_interval(secs => {LOOK_AHEAD_SECONDS})
+          AND kind NOT IN (SELECT kind FROM jobs_pausedkind))
 """
 
 

@@ -17,12 +17,13 @@ from django.utils import timezone
 from canonical_ids.models import WriterSlotLease
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.selectors import inbound_quarantine_oldest, inbound_received_per_hour
-from jobs.models import Job
+from jobs.models import Job, PausedKind
 from jobs.selectors import jobs_due, jobs_finished_per_minute
 from notifications.models import EmailNotification
 from notifications.selectors import OPEN as OPEN_NOTIFICATION_STATUSES
 from ops.charts import Chart, SeriesIn, buckets, line_chart, stacked_bar_chart
 from ops.status import BACKLOG_ALERT_SECONDS, WorkerStatus, worker_status
+from processes.models import WorkerProcess
 
 CHART_WINDOW = timedelta(hours=24)
 MINUTE, HOUR = timedelta(minutes=1), timedelta(hours=1)
@@ -57,6 +58,7 @@ class Health:
     sections: list[Section] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
     generated_at: datetime | None = None
+    paused_url: str = ""
 
 
 def changelist(model: type, **params: str) -> str:
@@ -69,11 +71,13 @@ def changelist(model: type, **params: str) -> str:
 def worker_health(*, now: datetime | None = None) -> Health:
     now = now or timezone.now()
     status = worker_status(now=now)
-    health = Health(status=status, generated_at=now)
+    health = Health(status=status, generated_at=now, paused_url=changelist(PausedKind))
     health.sections = [
+        _processes_section(status),
         _jobs_section(status, now),
         _mail_section(status, now),
         _notifications_section(status),
+        Section("Schedules", ()),
         Section(
             "Writer slots",
             (
@@ -87,6 +91,25 @@ def worker_health(*, now: datetime | None = None) -> Health:
     ]
     health.charts = _charts(now)
     return health
+
+
+def _processes_section(status: WorkerStatus) -> Section:
+    """The process registry (issue 20): live, and gone within the last hour; the table below
+    the tiles lists each with its host, pid, version, last beat and current work."""
+    live = sum(1 for p in status.processes if p["state"] == "live")
+    silent = sum(1 for p in status.processes if p["state"] == "gone")
+    return Section(
+        "Processes",
+        (
+            Tile("live", live, changelist(WorkerProcess, health="live")),
+            Tile(
+                "gone in the last hour",
+                len(status.processes) - live,
+                changelist(WorkerProcess, health="gone_recently"),
+                note=f"{silent} fell silent (killed, host lost)" if silent else "",
+            ),
+        ),
+    )
 
 
 def _jobs_section(status: WorkerStatus, now: datetime) -> Section:

@@ -19,12 +19,14 @@ from inbound_email.models import InboundEmail
 from jobs.models import Job
 from notifications.models import EmailNotification
 from ops.labels import bounded, fold, job_kinds
+from ops.rates import rate_metrics
 from ops.status import WorkerStatus, worker_status
 
 
 class WorkerStatusCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         yield from status_metrics(worker_status())
+        yield from rate_metrics()  # counters and histograms kept by triggers (ops/rates.py)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -102,6 +104,23 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
         "worker_schedules_unknown",
         "Enabled schedules not defined in code (the worker refuses their tasks).",
         len(status.unknown_schedules),
+    )
+    processes = GaugeMetricFamily(
+        "worker_processes_live",
+        "Processes beating in the registry (silent for 3 beats = gone), by role.",
+        labels=["role"],
+    )
+    live_by_role: dict[str, int] = {}
+    for process in status.processes:
+        if process["state"] == "live":
+            live_by_role[process["role"]] = live_by_role.get(process["role"], 0) + 1
+    for role, n in sorted(live_by_role.items()):
+        processes.add_metric([role], n)
+    yield processes
+    yield _gauge(
+        "worker_schedules_overdue",
+        "qcluster schedules with no run for two intervals.",
+        sum(1 for schedule in status.schedules if schedule["overdue"]),
     )
     yield _gauge(
         "worker_needs_operator_findings",

@@ -23,7 +23,7 @@ from inbound_email.selectors import (
     inbound_status_counts,
     replies_needing_operator,
 )
-from jobs.models import Job
+from jobs.models import Job, PausedKind
 from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
 from notifications.selectors import (
     feedback_last_24_hours,
@@ -32,8 +32,10 @@ from notifications.selectors import (
     sending_pause,
 )
 from ops.conf import get_config
+from ops.schedule_status import schedule_runs
 from ops.schedules import unknown_schedules_enabled
 from ops.selectors import tasks_refused
+from processes.selectors import processes_listed
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
 BACKLOG_ALERT_SECONDS = 300
@@ -68,6 +70,9 @@ class WorkerStatus:
     tasks_refused: int = 0
     last_refused_task: dict[str, Any] | None = None
     unknown_schedules: list[dict[str, Any]] = field(default_factory=list)
+    processes: list[dict[str, Any]] = field(default_factory=list)  # live, then recently gone
+    schedules: list[dict[str, Any]] = field(default_factory=list)  # ops.schedule_status
+    paused_kinds: list[dict[str, Any]] = field(default_factory=list)  # not claimed until resumed
     needs_operator: list[str] = field(default_factory=list)
     # Not part of the report (as_dict): the total behind the listed stuck rows, and the moment
     # every figure was read at, for the views that show more than the command prints.
@@ -97,7 +102,50 @@ def worker_status(*, now: datetime | None = None) -> WorkerStatus:
         }
         for lease in leases_live(now=now)
     ]
+    status.processes = _processes()
+    _schedules(status, now)
     return status
+
+
+def _schedules(status: WorkerStatus, now: datetime) -> None:
+    runs = schedule_runs(now=now)
+    status.schedules = [run.as_dict() for run in runs]
+    for run in runs:
+        if run.overdue:
+            what = "has not run" if run.last_run_at else "never ran since it was due"
+            status.needs_operator.append(
+                f"schedule {run.name!r} {what} for {_duration(run.silent_seconds or 0)} "
+                f"(every {run.as_dict()['every']}): is the qcluster running?"
+            )
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} d"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.0f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def _processes() -> list[dict[str, Any]]:
+    """Live processes and those gone within the last hour (processes.selectors), each with
+    its state: live, stopped (a clean stop) or gone (silent for 3 beats: killed, host lost)."""
+    return [
+        {
+            "id": row.pk,
+            "role": row.role,
+            "host": row.host,
+            "pid": row.pid,
+            "version": row.version,
+            "state": "live" if row.live else ("stopped" if row.stopped_at else "gone"),
+            "started_at": row.started_at.isoformat(),
+            "heartbeat_at": row.heartbeat_at.isoformat(),
+            "current": row.current,
+        }
+        for row in processes_listed()
+    ]
 
 
 def database_info() -> dict[str, Any]:
@@ -120,6 +168,10 @@ def database_info() -> dict[str, Any]:
 def _jobs(status: WorkerStatus, now: datetime) -> None:
     status.jobs_by_status = {key: n for key, n in sorted(job_status_counts().items()) if n}
     status.jobs_by_kind = job_counts_by_kind()
+    status.paused_kinds = [
+        {"kind": p.kind, "paused_at": p.paused_at.isoformat(), "paused_by": p.paused_by}
+        for p in PausedKind.objects.order_by("kind")
+    ]
     oldest = job_oldest_due(now=now)
     if oldest:
         waited = (now - oldest.run_after).total_seconds()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TextIO
 
+from processes.beacon import beacon_running
 from project.reconnect import service_loop
 
 
@@ -42,8 +43,20 @@ def run_until_stopped(
     what: str,
     idle_seconds: Callable[[Any], float],
     stdout: TextIO,
+    role: str | None = None,
 ) -> None:
-    """Call `step(stop)` in a reconnecting `service_loop` until SIGTERM or Ctrl-C."""
-    with stopped_by_signals(stdout) as stop:
+    """Call `step(stop)` in a reconnecting `service_loop` until SIGTERM or Ctrl-C. With a
+    `role` (a processes.models.WorkerProcess.Role) the process is in the process registry,
+    beating, all the while (issue 20)."""
+    with stopped_by_signals(stdout) as stop, _registered(role):
         service_loop(lambda: step(stop), what=what, stop=stop, idle_seconds=idle_seconds)
         stdout.write("SIGTERM: stopped")
+
+
+@contextmanager
+def _registered(role: str | None) -> Iterator[None]:
+    if role is None:
+        yield
+        return
+    with beacon_running(role=role):
+        yield

@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "jobs",
     "inbound_email",
     "notifications",
+    "processes",
 ]
 
 MIDDLEWARE = [
@@ -229,6 +230,8 @@ CANONICAL_IDS_RENEW_INTERVAL = env_float(  # seconds; must be well below the TTL
 # --- jobs ---------------------------------------------------------------------------------------
 # A claimed row is leased; a live worker renews the lease every JOBS_HEARTBEAT_SECONDS and the
 # reaper reclaims rows whose lease ran out (crashed worker). See docs/jobs.md.
+# Every qcluster, django-q2 worker and service loop beats this often; silent for 3 beats = gone.
+PROCESS_HEARTBEAT_SECONDS = env_float("PROCESS_HEARTBEAT_SECONDS", 10.0, minimum=0.05)  # seconds
 JOBS_LEASE_SECONDS = env_float("JOBS_LEASE_SECONDS", 120, minimum=0.5)  # seconds
 JOBS_HEARTBEAT_SECONDS = env_float(  # seconds; must be well under the lease
     "JOBS_HEARTBEAT_SECONDS", JOBS_LEASE_SECONDS / 4, minimum=0.05

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -127,3 +128,33 @@ def test_minting_with_role_none_raises(settings, process_minter):
     process_minter()
     with pytest.raises(NoWriterSlot, match="holds no writer slot"):
         mint_ts()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_holder_keeps_its_slot_live_on_a_timer(settings, process_minter):
+    """Issue 20: the lease was renewed only when an id was minted, so a worker that had not
+    minted for a lease's length showed its slot as free ("0 held") while it lived, and
+    another process could claim it. A timer renews it while the holder lives."""
+    from django.db import connection
+
+    from canonical_ids.models import WriterSlotLease
+
+    settings.CANONICAL_IDS_LEASE_TTL = 1.0
+    settings.CANONICAL_IDS_RENEW_INTERVAL = 0.25
+    minter = process_minter()
+    slot = minter.acquire()
+    time.sleep(2.5)  # two and a half lease lengths without a single mint
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT holder_token, expires_at > now() FROM canonical_ids_writerslotlease "
+            "WHERE slot = %s",
+            [slot],
+        )
+        token, live = cursor.fetchone()
+    assert (token, live) == (minter.token, True)
+
+    minter.release()  # a released slot is free at once, and the timer stops renewing it
+    time.sleep(0.6)
+    lease = WriterSlotLease.objects.get(slot=slot)
+    assert lease.expires_at is None and lease.holder_token == ""

@@ -261,3 +261,71 @@ def test_the_changelist_never_loads_the_mail_bodies_or_errors(admin_client, quar
     url = reverse("admin:inbound_email_inboundemail_changelist")
     large = ["raw", "body_text", "headers_text", "last_error"]
     assert columns_read(admin_client, url, "inbound_email_inboundemail", large) == set()
+
+
+# --- the quarantined mail's page (issue 20, point 7) ----------------------------------------
+
+
+def _quarantine(folder_store, notification, key: str, **mail) -> InboundEmail:
+    folder_store.put(key, build_mail(token=notification.token, **mail))
+    poll_once(store=FlakyStore(folder_store, failing={key: False}))  # a permanent error
+    return InboundEmail.objects.get(store_key=key)
+
+
+def test_quarantined_mail_page_reads_its_headers_from_the_raw_escaped_with_reason_in_words(
+    admin_client, folder_store, notification
+):
+    """It showed From/To/Subject as "-" (a quarantined mail was never parsed into the row),
+    printed a raw traceback, and had no buttons."""
+    from tests.support.mail import PI_ADDRESS
+
+    row = _quarantine(folder_store, notification, "h", subject="<img src=x onerror=alert(1)>")
+    assert (row.from_address, row.subject) == ("", "")  # nothing in the row to show
+
+    html = admin_client.get(reverse("admin:inbound_email_inboundemail_change", args=[row.pk]))
+    html = html.content.decode()
+    summary = html[html.index('id="mail-summary"') :].split("</div>")[0]
+    assert f'id="mail-from">{PI_ADDRESS}</dd>' in summary
+    assert "reply" in summary.split('id="mail-to">')[1].split("</dd>")[0]
+    assert 'id="mail-subject">&lt;img src=x onerror=alert(1)&gt;</dd>' in summary
+    assert "<img src=x" not in html
+    assert 'id="mail-date">20' in summary
+    assert f'id="mail-reason">Quarantined: {row.get_reason_display()}</strong>' in summary
+    # The traceback is folded away under its last line.
+    assert '<details class="traceback"><summary>' in html
+    assert "simulated failure on h" in html
+    for verb in ("reprocess", "discard"):
+        url = reverse(f"admin:inbound_email_inboundemail_{verb}", args=[row.pk])
+        assert f'action="{url}"' in summary
+    assert reverse("admin:inbound_email_inboundemail_raw", args=[row.pk]) in summary
+
+
+def test_reprocess_and_discard_buttons_act_on_the_one_mail_and_are_audited(
+    admin_client, folder_store, notification
+):
+    from django.contrib.admin.models import LogEntry
+
+    first = _quarantine(folder_store, notification, "a")
+    second = _quarantine(folder_store, notification, "b")
+    admin_client.post(reverse("admin:inbound_email_inboundemail_reprocess", args=[first.pk]))
+    admin_client.post(reverse("admin:inbound_email_inboundemail_discard", args=[second.pk]))
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.status, second.status) == ("received", "discarded")
+    messages = sorted(e.get_change_message() for e in LogEntry.objects.all())
+    assert messages == ["discarded", "queued for reprocessing"]
+
+
+def test_mail_buttons_need_the_change_permission(client, django_user_model, quarantined):
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user(username="viewer", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_inboundemail"))
+    client.force_login(user)
+    html = client.get(reverse("admin:inbound_email_inboundemail_change", args=[quarantined.pk]))
+    assert "Reprocess</button>" not in html.content.decode()
+    for verb in ("reprocess", "discard"):
+        url = reverse(f"admin:inbound_email_inboundemail_{verb}", args=[quarantined.pk])
+        assert client.post(url).status_code == 403
+    quarantined.refresh_from_db()
+    assert quarantined.status == "quarantined"

@@ -169,3 +169,116 @@ def test_the_changelist_never_loads_payloads_or_whole_errors_the_detail_page_doe
         "payload",
         "last_error",
     }
+
+
+# --- the detail page (issue 20, point 6) ----------------------------------------------------
+
+
+@pytest.fixture
+def viewer_client(client, django_user_model):
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user(username="viewer", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(user)
+    return client
+
+
+def _detail(job: Job) -> str:
+    return reverse("admin:jobs_job_change", args=[job.pk])
+
+
+def test_the_detail_page_shows_each_attempt_and_retry_is_one_audited_click(admin_client):
+    from django.contrib.admin.models import LogEntry
+
+    from jobs import enqueue
+    from jobs.runner import run_pending
+
+    job = enqueue("tests.boom", {"message": "no <b>luck</b>"}, max_attempts=2)
+    run_pending()
+    Job.objects.filter(pk=job.pk).update(run_after=timezone.now())
+    run_pending()
+
+    html = admin_client.get(_detail(job)).content.decode()
+    table = html[html.index('id="attempts"') :].split("</table>")[0]
+    assert table.count("<tr>") == 3  # the header and two attempts
+    assert "Failed, retried" in table and "Failed for good" in table
+    assert "RuntimeError: no &lt;b&gt;luck&lt;/b&gt;" in table  # escaped, and folded:
+    assert "<details><summary>RuntimeError: no &lt;b&gt;luck&lt;/b&gt;</summary><pre>" in table
+    assert 'action="' + reverse("admin:jobs_job_retry", args=[job.pk]) + '"' in html
+    assert "Reap now" not in html
+
+    page = admin_client.post(reverse("admin:jobs_job_retry", args=[job.pk]), follow=True)
+    assert page.redirect_chain[-1][0] == _detail(job)
+    job.refresh_from_db()
+    assert job.status == Job.Status.QUEUED and job.attempts == 2 and job.max_attempts == 3
+    entry = LogEntry.objects.get(object_id=str(job.pk))
+    assert entry.get_change_message() == "queued to run now"
+
+
+def test_a_stuck_job_shows_its_holder_and_lease_and_can_be_reaped(admin_client):
+    from jobs.services import job_claim_batch
+
+    job = baker.make(Job, kind="k", max_attempts=3)
+    job_claim_batch(worker="host-b:4242:dead", limit=1)
+    expired = timezone.now() - timedelta(minutes=3)
+    Job.objects.filter(pk=job.pk).update(lease_expires_at=expired)
+
+    html = admin_client.get(_detail(job)).content.decode()
+    banner = html[html.index('id="stuck"') :].split("</p>")[0]
+    assert "held by <strong>host-b:4242:dead</strong>" in banner
+    assert f"{expired:%Y-%m-%d %H:%M:%S}" in banner
+    listing = admin_client.get(CHANGELIST + "?health=stuck").content.decode()
+    assert f"host-b:4242:dead, lease expired {expired:%H:%M:%S}" in listing
+
+    admin_client.post(reverse("admin:jobs_job_reap", args=[job.pk]))
+    job.refresh_from_db()
+    assert job.status == Job.Status.QUEUED and job.locked_by == ""
+    assert "host-b:4242:dead stopped heartbeating" in job.last_error
+
+
+def test_cancel_and_reap_only_where_they_apply(admin_client):
+    done = baker.make(Job, kind="k", status=Job.Status.COMPLETED, attempts=1, max_attempts=1)
+    html = admin_client.get(_detail(done)).content.decode()
+    assert 'id="job-actions"' not in html
+    page = admin_client.post(reverse("admin:jobs_job_cancel", args=[done.pk]), follow=True)
+    assert "is completed: nothing done" in page.content.decode()
+    running = _running_job()  # its lease is still running: not reapable
+    admin_client.post(reverse("admin:jobs_job_reap", args=[running.pk]))
+    running.refresh_from_db()
+    assert running.status == Job.Status.PROCESSING
+
+
+def test_the_detail_actions_need_the_change_permission(viewer_client):
+    failed = baker.make(Job, kind="k", status=Job.Status.FAILED, attempts=3, max_attempts=3)
+    html = viewer_client.get(_detail(failed)).content.decode()
+    assert 'id="attempts"' in html and 'id="job-actions"' not in html
+    for action in ("retry", "cancel", "reap"):
+        response = viewer_client.post(reverse(f"admin:jobs_job_{action}", args=[failed.pk]))
+        assert response.status_code == 403, action
+    failed.refresh_from_db()
+    assert failed.status == Job.Status.FAILED
+
+
+def test_pausing_a_kind_in_the_admin_shows_on_the_job_and_the_health_page(admin_client):
+    from django.contrib.admin.models import LogEntry
+
+    from jobs.models import PausedKind
+
+    response = admin_client.post(
+        reverse("admin:jobs_pausedkind_add"), {"kind": "tests.noop", "note": "SES outage"}
+    )
+    assert response.status_code == 302
+    paused = PausedKind.objects.get()
+    assert (paused.kind, paused.paused_by) == ("tests.noop", "admin")
+    assert LogEntry.objects.filter(object_repr__startswith="tests.noop").exists()
+    refused = admin_client.post(reverse("admin:jobs_pausedkind_add"), {"kind": "not.registered"})
+    assert refused.status_code == 200 and PausedKind.objects.count() == 1
+
+    job = baker.make(Job, kind="tests.noop", max_attempts=1)
+    assert 'id="paused"' in admin_client.get(_detail(job)).content.decode()
+    health = admin_client.get("/admin/worker-health/").content.decode()
+    assert 'id="paused-kinds"' in health and ">tests.noop</a>" in health
+
+    admin_client.post(reverse("admin:jobs_pausedkind_delete", args=["tests.noop"]), {"post": "yes"})
+    assert not PausedKind.objects.exists()  # resumed

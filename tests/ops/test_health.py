@@ -14,6 +14,7 @@ from inbound_email.models import InboundEmail, Reply
 from jobs.models import Job
 from notifications.models import EmailNotification, SendingState
 from ops.health import worker_health
+from processes.models import WorkerProcess
 from tests.support.leases import live_lease_count, make_lease, spare_slots
 
 pytestmark = pytest.mark.django_db
@@ -58,6 +59,25 @@ def rows() -> None:
     baker.make(EmailNotification, status="sending", claimed_at=now - timedelta(hours=2))
     baker.make(EmailNotification, status="sending", claimed_at=now)
     baker.make(EmailNotification, status="sent", sent_at=now, ses_message_id="m-1")
+
+    def process(role: str, pid: int, beat_ago: timedelta, **fields) -> WorkerProcess:
+        return baker.make(
+            WorkerProcess,
+            role=role,
+            host="worker-1",
+            pid=pid,
+            version="0.1.0",
+            started_at=now - timedelta(hours=3),
+            heartbeat_at=now - beat_ago,
+            interval_seconds=10,
+            gone_after=now - beat_ago + timedelta(seconds=30),
+            **fields,
+        )
+
+    process("run_jobs", 101, timedelta(seconds=5), current="job #7 report.render")  # live
+    process("qcluster worker", 102, timedelta(seconds=40))  # silent for 4 beats: gone
+    process("run_sweeps", 103, timedelta(minutes=5), stopped_at=now - timedelta(minutes=5))
+    process("run_sweeps", 104, timedelta(hours=2), stopped_at=now - timedelta(hours=2))  # old
     baker.make(EmailNotification, status="expired", sent_at=now, ses_message_id="m-2")
 
     live, expired = spare_slots(2)
@@ -89,7 +109,7 @@ def test_every_tile_opens_a_changelist_with_exactly_the_rows_it_counts(admin_cli
     page = admin_client.get(HEALTH_URL)
     assert page.status_code == 200
     tiles = [tile for section in page.context["health"].sections for tile in section.tiles]
-    assert len(tiles) == 20
+    assert len(tiles) == 22
     for tile in tiles:
         assert tile.value > 0, f"the fixture leaves tile {tile.label!r} empty"
         assert f'href="{tile.url.replace("&", "&amp;")}"' in page.content.decode()
@@ -118,6 +138,26 @@ def test_figures_and_alerts_match_worker_status(rows):
     assert by_label["stuck in sending"].value == 1
     assert by_label["held by a live writer"].value == live_leases >= 1
     assert len(health.status.needs_operator) == 7  # every worker_status exit reason
+
+
+def test_the_page_lists_live_and_recently_gone_processes(admin_client, rows):
+    """Issue 20: nothing showed which processes were alive. The page lists each live process
+    with what it runs, and those gone (stopped or silent) within the last hour."""
+    html = admin_client.get(HEALTH_URL).content.decode()
+    table = html[
+        html.index('<table class="processes"') : html.index(
+            "</table>", html.index('<table class="processes"')
+        )
+    ]
+    rows_html = table.split("<tr>")[2:]
+    assert [r.split("</td>")[0].rsplit(">", 1)[1] for r in rows_html] == ["live", "gone", "stopped"]
+    assert "worker-1:101" in rows_html[0] and "job #7 report.render" in rows_html[0]
+    assert "worker-1:102" in rows_html[1] and "worker-1:103" in rows_html[2]
+    assert "worker-1:104" not in table  # gone for over an hour
+    by_label = {tile.label: tile for tile in worker_health().sections[0].tiles}
+    assert by_label["live"].value == 1
+    assert by_label["gone in the last hour"].value == 2
+    assert by_label["gone in the last hour"].note == "1 fell silent (killed, host lost)"
 
 
 def test_charts_count_the_last_24_hours(rows):

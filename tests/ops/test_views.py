@@ -127,9 +127,9 @@ def test_every_documented_alert_rule_uses_an_exported_metric(client, settings):
 
     used = {name for rule in rules for name in re.findall(r"\bworker_[a-z_]+", rule["expr"])}
     assert used and used <= exported, used - exported
-    # worker_status's ten exit reasons (issue 19 added refused tasks and unknown schedules,
-    # issue 23 the bounce / complaint rate), plus the scrape itself
-    assert len(rules) == 11
+    # worker_status's eleven exit reasons (issue 19 added refused tasks and unknown schedules,
+    # issue 23 the bounce / complaint rate, issue 20 an overdue schedule), plus the scrape
+    assert len(rules) == 12
 
 
 def test_a_disabled_endpoint_answers_a_plain_404_even_with_debug_on(client, settings):

@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.processes import PROJECT_ROOT
 
-APPS = ("canonical_ids", "jobs", "inbound_email", "notifications", "ops")
+APPS = ("canonical_ids", "jobs", "inbound_email", "notifications", "ops", "processes")
 # Django's own settings, not an app's: a model's foreign key to the user model is the
 # swappable reference; qcluster touches SECRET_KEY to refuse to start without one.
 ALLOWED_OUTSIDE_CONF = {"AUTH_USER_MODEL", "SECRET_KEY"}

@@ -16,7 +16,7 @@ from graphlib import CycleError, TopologicalSorter
 
 from tests.support.processes import PROJECT_ROOT, child_env
 
-APPS = ("canonical_ids", "jobs", "inbound_email", "notifications", "ops", "project")
+APPS = ("canonical_ids", "jobs", "inbound_email", "notifications", "ops", "processes", "project")
 
 
 def _our_modules() -> dict[str, ast.Module]:

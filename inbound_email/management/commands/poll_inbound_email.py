@@ -38,6 +38,7 @@ class Command(BaseCommand):
         run_until_stopped(
             lambda _stop: self._pass(limit),
             what="poll_inbound_email",
+            role="poll_inbound_email",
             idle_seconds=lambda _summary: interval,
             stdout=self.stdout,
         )

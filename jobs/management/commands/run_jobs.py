@@ -29,6 +29,7 @@ class Command(BaseCommand):
         run_until_stopped(
             lambda stop: self._report(run_pending(limit=limit, stop=stop)),
             what="run_jobs",
+            role="run_jobs",
             idle_seconds=lambda summary: 0 if summary.claimed else get_config().poll_seconds,
             stdout=self.stdout,
         )

@@ -32,6 +32,7 @@ class Command(BaseCommand):
         run_until_stopped(
             lambda _stop: self._cycle(kinds),
             what="run_sweeps",
+            role="run_sweeps",
             idle_seconds=lambda _result: interval,
             stdout=self.stdout,
         )

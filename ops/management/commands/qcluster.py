@@ -10,6 +10,7 @@ from django_q.management.commands.qcluster import Command as DjangoQClusterComma
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
 from ops.schedules import disable_unknown_schedules, disabled_line, ensure_schedules
+from processes.beacon import beacon_running
 
 
 class Command(DjangoQClusterCommand):
@@ -40,4 +41,7 @@ class Command(DjangoQClusterCommand):
             cluster.stop()
             return
         listener = WakeListener(workers=get_config().cluster_workers)
-        listener.run(should_stop=lambda: not cluster.sentinel.is_alive())
+        # Registered after the sentinel forked (no child inherits the beat thread); each
+        # worker process registers itself on post_spawn (processes.apps).
+        with beacon_running(role="qcluster"):
+            listener.run(should_stop=lambda: not cluster.sentinel.is_alive())

@@ -33,6 +33,8 @@ class Command(BaseCommand):
         out("Jobs:          " + _fmt(status.jobs_by_status))
         for kind, counts in status.jobs_by_kind.items():
             out(f"  {kind}: {_fmt(counts)}")
+        for paused in status.paused_kinds:
+            out(f"  PAUSED: {paused['kind']} since {paused['paused_at'][:19]} (not claimed)")
         if status.oldest_due_job:
             job = status.oldest_due_job
             out(f"  oldest due: #{job['id']} {job['kind']} waiting {job['waiting_seconds']}s")
@@ -66,6 +68,22 @@ class Command(BaseCommand):
                 f"  slot {lease['slot']:>2} {lease['role']:<10} {lease['holder']} "
                 f"until {lease['expires_at']}"
             )
+        live = sum(1 for p in status.processes if p["state"] == "live")
+        out(f"Processes:     {live} live, {len(status.processes) - live} gone in the last hour")
+        for p in status.processes:
+            doing = f" running {p['current']}" if p["current"] else ""
+            out(
+                f"  {p['state'].upper():<7} {p['role']:<18} {p['host']}:{p['pid']} "
+                f"v{p['version']} since {p['started_at'][:19]}, last beat "
+                f"{p['heartbeat_at'][:19]}{doing}"
+            )
+        overdue = sum(1 for s in status.schedules if s["overdue"])
+        out(f"Schedules:     {len(status.schedules)}, {overdue} overdue")
+        for s in status.schedules:
+            flag = "OVERDUE" if s["overdue"] else "ok"
+            last = (s["last_run_at"] or "never")[:19]
+            nxt = (s["next_run"] or "-")[:19]
+            out(f"  {flag:<7} {s['name']:<40} last {last} ({s['last_result']}), next {nxt}")
         if status.needs_operator:
             out("")
             out("NEEDS AN OPERATOR:")

@@ -1,0 +1,153 @@
+"""The beacon of one OS process: registers it, beats on a thread, says what it works on.
+
+`beacon_running(role=…)` wraps a service loop (project.command_loop) and the qcluster's main
+process; django-q2's worker processes start one on `post_spawn` (they are ended by their
+sentinel without any clean-up, so they show as gone after MISSED_BEATS intervals). The job
+runner and the mail poller call `doing("job #12 report.render")` / `doing("")`: a no-op in a
+process without a beacon (tests, `--once` commands, the web).
+
+The beat runs on its own thread, so a long job or a hung S3 call does not silence it: a
+process goes silent only when it is gone (killed, host lost) or stuck so badly that the
+interpreter no longer runs threads. A change of the current job wakes the thread, which
+writes it at most once per CURRENT_WRITE_MIN_SECONDS.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import DatabaseError
+
+from processes import services
+from processes.conf import CURRENT_WRITE_MIN_SECONDS, get_config
+
+logger = logging.getLogger(__name__)
+
+
+class Beacon:
+    def __init__(self, *, role: str, interval: float | None = None) -> None:
+        self.role = role
+        self.interval = interval or get_config().heartbeat_seconds
+        self.process_id: int | None = None
+        self.current = ""
+        self._changed = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Register now (so the row exists when this returns) and start beating. A database
+        that is down now is not fatal: the thread registers once it answers."""
+        try:
+            self.process_id = services.process_register(role=self.role, interval=self.interval)
+        except DatabaseError:
+            logger.warning(
+                "could not register this %s process; retrying on the next beat",
+                self.role,
+                exc_info=True,
+                extra={"action": "process_register_failed", "role": self.role},
+            )
+        self._thread = threading.Thread(
+            target=self._run, name=f"process-beacon-{self.role}", daemon=True
+        )
+        self._thread.start()
+
+    def doing(self, what: str) -> None:
+        if what != self.current:
+            self.current = what
+            self._changed.set()
+
+    def stop(self) -> None:
+        """A clean stop: end the beat and mark the row stopped."""
+        self._stopping.set()
+        self._changed.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self.process_id is None:
+            return
+        try:
+            services.process_stop(process_id=self.process_id)
+        except DatabaseError:
+            logger.warning(
+                "could not mark process #%s stopped; it shows as gone after its beats stop",
+                self.process_id,
+                exc_info=True,
+                extra={"action": "process_stop_failed", "process_id": self.process_id},
+            )
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._wait_for_beat()
+            if self._stopping.is_set():
+                return
+            try:
+                self._beat()
+            except Exception:  # noqa: BLE001 - the beat loop's one catch-all: log, beat again next interval
+                logger.warning(
+                    "process beat failed (%s #%s); trying again",
+                    self.role,
+                    self.process_id,
+                    exc_info=True,
+                    extra={"action": "process_beat_failed", "role": self.role},
+                )
+
+    def _beat(self) -> None:
+        if self.process_id is None:
+            self.process_id = services.process_register(role=self.role, interval=self.interval)
+        if not services.process_beat(process_id=self.process_id, current=self.current):
+            logger.warning(
+                "process row #%s vanished or was marked stopped; registering again",
+                self.process_id,
+                extra={"action": "process_reregistered", "process_id": self.process_id},
+            )
+            self.process_id = services.process_register(role=self.role, interval=self.interval)
+            services.process_beat(process_id=self.process_id, current=self.current)
+
+    def _wait_for_beat(self) -> None:
+        """Until the next beat is due, or (at most once per CURRENT_WRITE_MIN_SECONDS) the
+        current job or mail changed."""
+        if self._changed.wait(self.interval) and not self._stopping.is_set():
+            self._stopping.wait(min(CURRENT_WRITE_MIN_SECONDS, self.interval))
+        self._changed.clear()
+
+
+_beacon: Beacon | None = None
+
+
+def doing(what: str) -> None:
+    """Say what this process works on now ("" when idle); a no-op without a beacon."""
+    beacon = _beacon
+    if beacon is not None:
+        beacon.doing(what)
+
+
+@contextmanager
+def beacon_running(*, role: str) -> Iterator[Beacon]:
+    """Register this process for the block, beat while in it, mark it stopped after."""
+    global _beacon
+    beacon = Beacon(role=role)
+    beacon.start()
+    previous, _beacon = _beacon, beacon
+    try:
+        yield beacon
+    finally:
+        _beacon = previous
+        beacon.stop()
+
+
+def register_spawned_worker(sender: Any = None, proc_name: str = "", **kwargs: Any) -> None:
+    """django-q2's post_spawn, in each new worker process: register it and beat until the
+    sentinel ends it."""
+    global _beacon
+    beacon = Beacon(role="qcluster worker")
+    beacon.start()
+    _beacon = beacon
+
+
+def forget_after_fork() -> None:
+    """The child of a fork has no beat thread, and the row is the parent's."""
+    global _beacon
+    _beacon = None

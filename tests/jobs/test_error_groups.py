@@ -1,0 +1,104 @@
+"""Issue 20, point 5: failed jobs grouped by kind, exception class and normalised message,
+with count, first and last seen, a link to exactly the group's jobs, and "Retry all"
+(change permission, in the admin's log)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.urls import reverse
+from django.utils import timezone
+from model_bakery import baker
+
+from jobs.error_groups import job_error_groups
+from jobs.models import Job
+
+pytestmark = pytest.mark.django_db
+
+GROUPS_URL = reverse("admin:jobs_job_error_groups")
+
+
+@pytest.fixture
+def failures() -> dict[str, list[Job]]:
+    now = timezone.now()
+
+    def failed(kind: str, error: str, ago: int) -> Job:
+        return baker.make(
+            Job,
+            kind=kind,
+            status=Job.Status.FAILED,
+            attempts=3,
+            max_attempts=3,
+            failed_at=now - timedelta(minutes=ago),
+            last_error=f"{error}\n\nTraceback (most recent call last):\n  ...",
+        )
+
+    return {
+        "not_found": [
+            failed("report.render", "ValueError: user 41 not found in 'acme'", 30),
+            failed("report.render", "ValueError: user 97 not found in 'globex'", 5),
+            failed("report.render", "ValueError: user 1203 not found in 'initech'", 10),
+        ],
+        "key": [failed("report.render", "KeyError: 'budget'", 3)],
+        "other_kind": [failed("mail.send", "ValueError: user 41 not found in 'acme'", 1)],
+        "decoy": [baker.make(Job, kind="report.render", status="queued", max_attempts=3)],
+    }
+
+
+def test_failures_are_grouped_by_kind_class_and_normalised_message(failures):
+    groups = job_error_groups()
+    top = groups[0]
+    assert (top.kind, top.exception, top.message, top.count) == (
+        "report.render",
+        "ValueError",
+        "user N not found in '…'",
+        3,
+    )
+    oldest, newest = failures["not_found"][0], failures["not_found"][1]
+    assert (top.first_seen, top.last_seen) == (oldest.failed_at, newest.failed_at)
+    assert sorted((g.kind, g.exception, g.count) for g in groups[1:]) == [
+        ("mail.send", "ValueError", 1),
+        ("report.render", "KeyError", 1),
+    ]
+
+
+def test_a_groups_link_lists_exactly_its_jobs(admin_client, failures):
+    page = admin_client.get(GROUPS_URL)
+    html = page.content.decode()
+    key = job_error_groups()[0].key
+    link = f"?status__exact=failed&amp;error_group={key}"
+    assert link in html
+    listing = admin_client.get(
+        reverse("admin:jobs_job_changelist"),
+        {
+            "status__exact": "failed",
+            "error_group": key,
+        },
+    )
+    assert listing.status_code == 200
+    shown = {job.pk for job in listing.context["cl"].result_list}
+    assert shown == {job.pk for job in failures["not_found"]}
+
+
+def test_retry_all_retries_the_group_only_and_is_logged(admin_client, failures):
+    key = job_error_groups()[0].key
+    admin_client.post(reverse("admin:jobs_job_error_group_retry", args=[key]))
+    statuses = {job.pk: job.status for job in Job.objects.all()}
+    assert {statuses[j.pk] for j in failures["not_found"]} == {"queued"}
+    assert statuses[failures["key"][0].pk] == statuses[failures["other_kind"][0].pk] == "failed"
+    (entry,) = LogEntry.objects.all()
+    assert entry.get_change_message() == f"retried error group {key}: 3 job(s)"
+
+
+def test_retry_all_needs_the_change_permission(client, django_user_model, failures):
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user(username="viewer", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(user)
+    assert "Retry all" not in client.get(GROUPS_URL).content.decode()
+    key = job_error_groups()[0].key
+    assert client.post(reverse("admin:jobs_job_error_group_retry", args=[key])).status_code == 403
+    assert Job.objects.filter(status="failed").count() == 5
