@@ -107,7 +107,9 @@ def _run_scenario(clusters, s3, ses, slack: SlackServer, tmp_path: Path) -> None
                 slack_channel=f"C0000000{i}",
             )
         for n in range(JOB_COUNT):
-            enqueue("system.record", {"n": n, "sleep": 0.04})
+            # 0.1 s each: a worker claims one job at a time (issue 22), so a job must be held
+            # long enough for the poll below to see the victim holding one on a loaded host.
+            enqueue("system.record", {"n": n, "sleep": 0.1})
 
     # --- kill one cluster while it holds a job -------------------------------------------------
     victim_pids: set[int] = set()
