@@ -62,6 +62,18 @@ def retry_after_seconds(value: object) -> float:
     return min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS)
 
 
+def _api_error(exc: SlackApiError) -> tuple[str | None, float | None]:
+    """Slack's error code of a refused call, and its Retry-After (seconds) when it was a 429."""
+    resp = exc.response
+    if resp is None:
+        return None, None
+    retry_after = None
+    if resp.status_code == 429:
+        headers = resp.headers or {}
+        retry_after = retry_after_seconds(headers.get("Retry-After") or headers.get("retry-after"))
+    return resp.get("error"), retry_after
+
+
 def slack_enabled() -> bool:
     return get_config().slack_enabled
 
@@ -131,14 +143,7 @@ def post_message(
             metadata=dict(metadata) if metadata else None,
         )
     except SlackApiError as exc:
-        resp = exc.response
-        retry_after = None
-        if resp is not None and resp.status_code == 429:
-            header = (resp.headers or {}).get("Retry-After") or (resp.headers or {}).get(
-                "retry-after"
-            )
-            retry_after = retry_after_seconds(header)
-        error = resp.get("error") if resp is not None else None
+        error, retry_after = _api_error(exc)
         raise SlackPostError(
             f"Slack chat.postMessage failed: {error or exc}", retry_after=retry_after
         ) from exc
@@ -198,14 +203,7 @@ def find_message(
                 include_all_metadata=True,
             )
         except SlackApiError as exc:
-            resp = exc.response
-            retry_after = None
-            if resp is not None and resp.status_code == 429:
-                headers = resp.headers or {}
-                retry_after = retry_after_seconds(
-                    headers.get("Retry-After") or headers.get("retry-after")
-                )
-            error = resp.get("error") if resp is not None else None
+            error, retry_after = _api_error(exc)
             raise SlackLookupError(
                 f"Slack conversations.history failed: {error or exc}", retry_after=retry_after
             ) from exc
@@ -257,14 +255,7 @@ def share_files(
             initial_comment=comment,
         )
     except SlackApiError as exc:
-        resp = exc.response
-        retry_after = None
-        if resp is not None and resp.status_code == 429:
-            headers = resp.headers or {}
-            retry_after = retry_after_seconds(
-                headers.get("Retry-After") or headers.get("retry-after")
-            )
-        error = resp.get("error") if resp is not None else None
+        error, retry_after = _api_error(exc)
         raise SlackPostError(
             f"Slack files_upload_v2 failed: {error or exc}", retry_after=retry_after
         ) from exc
@@ -290,14 +281,7 @@ def find_thread_message(
                 channel=channel, ts=thread_ts, limit=HISTORY_PAGE_SIZE, cursor=cursor
             )
         except SlackApiError as exc:
-            resp = exc.response
-            retry_after = None
-            if resp is not None and resp.status_code == 429:
-                headers = resp.headers or {}
-                retry_after = retry_after_seconds(
-                    headers.get("Retry-After") or headers.get("retry-after")
-                )
-            error = resp.get("error") if resp is not None else None
+            error, retry_after = _api_error(exc)
             raise SlackLookupError(
                 f"Slack conversations.replies failed: {error or exc}", retry_after=retry_after
             ) from exc
