@@ -22,10 +22,15 @@ def test_django_q_post_spawn_claims_the_slot_eagerly(process_minter):
     assert WriterSlotLease.objects.get(slot=minter.slot).holder_pid == os.getpid()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_post_spawn_with_role_none_claims_nothing(settings, process_minter):
+    """The hook itself, not the signal (which also starts issue 20's process beacon). With
+    the database open, a hook that ignored the role would claim a slot here."""
+    from canonical_ids.hooks import claim_slot_on_spawn
+
     settings.CANONICAL_IDS_ROLE = "none"
     minter = process_minter()
-    post_spawn.send(sender="django_q", proc_name="Worker-1")
+    claim_slot_on_spawn(sender="django_q", proc_name="Worker-1")
     assert minter.slot is None
 
 
