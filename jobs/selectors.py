@@ -3,13 +3,12 @@ the health page, /metrics): each rule about what a job's state means lives here 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from django.db.models import Count, DateTimeField, F, Func, QuerySet, Subquery, Sum, Value
+from django.db import connection
+from django.db.models import QuerySet, Subquery, Sum
 
 from jobs.models import Job, JobCount
-
-MINUTE_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)  # date_bin's origin: any whole UTC minute
 
 
 def job_status_counts() -> dict[str, int]:
@@ -55,17 +54,17 @@ def jobs_stuck(*, now: datetime) -> QuerySet[Job]:
     return Job.objects.filter(status=Job.Status.PROCESSING, lease_expires_at__lt=now)
 
 
-def _minute_start(column: str) -> Func:
-    """The UTC minute a timestamp falls in, as PostgreSQL's date_bin computes it (hashable, so
-    the GROUP BY needs no sort). Not TruncMinute: its per-row conversion in Python cost ~50 ms
-    for the 1,440 buckets of a day (bench/console.py)."""
-    return Func(
-        Value(timedelta(minutes=1)),
-        F(column),
-        Value(MINUTE_ORIGIN),
-        function="date_bin",
-        output_field=DateTimeField(),
-    )
+# count(*), not count(id): the index alone answers. Grouped by date_bin (a timestamp, hashed),
+# and only the 1,440 groups turned into whole minutes since 1970: an integer loads for
+# nothing, where loading and converting the timestamps (TruncMinute) cost ~50 ms of Python a
+# request, and EXTRACT(EPOCH) on every row (numeric) ~20 ms of SQL (bench/console.py).
+_PER_MINUTE = """
+    SELECT (extract(epoch FROM minute) / 60)::bigint, n FROM (
+        SELECT date_bin('1 minute', {column}, timestamptz '2000-01-01 00:00+00') AS minute,
+               count(*) AS n
+        FROM {table} WHERE status = %s AND {column} >= %s GROUP BY 1
+    ) AS per_minute ORDER BY 1
+"""
 
 
 def jobs_finished_per_minute(*, since: datetime) -> dict[str, dict[datetime, int]]:
@@ -78,13 +77,12 @@ def jobs_finished_per_minute(*, since: datetime) -> dict[str, dict[datetime, int
     """
     series: dict[str, dict[datetime, int]] = {}
     columns = ((Job.Status.COMPLETED, "completed_at"), (Job.Status.FAILED, "failed_at"))
-    for status, column in columns:
-        rows = (
-            Job.objects.filter(status=status, **{f"{column}__gte": since})
-            .annotate(minute=_minute_start(column))
-            .values("minute")
-            .annotate(n=Count("*"))  # not Count("id"): "*" lets the index alone answer
-            .order_by("minute")
-        )
-        series[status] = {row["minute"]: row["n"] for row in rows}
+    with connection.cursor() as cursor:
+        for status, column in columns:
+            cursor.execute(
+                _PER_MINUTE.format(table=Job._meta.db_table, column=column), [status, since]
+            )
+            series[status] = {
+                datetime.fromtimestamp(minute * 60, UTC): n for minute, n in cursor.fetchall()
+            }
     return series
