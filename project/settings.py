@@ -359,6 +359,9 @@ NOTIFICATION_RETRY_MAX_SECONDS = env_int("NOTIFICATION_RETRY_MAX_SECONDS", 3600,
 # A row left `sending` longer than this (seconds) is a crashed claim and goes back to pending.
 NOTIFICATION_CLAIM_TIMEOUT_SECONDS = env_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=60)
 NOTIFICATION_SWEEP_BATCH_SIZE = env_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1)  # users
+# One cycle of a sweep at a time: its lease (seconds, database clock), renewed every quarter of
+# it while the cycle runs; a worker that died holding it lets the next cycle run after this.
+NOTIFICATION_SWEEP_LEASE_SECONDS = env_float("NOTIFICATION_SWEEP_LEASE_SECONDS", 30, minimum=1)
 # Pacing (notifications/pacing.py): mails per second for all worker processes together; 0 = the
 # account's MaxSendRate from SES GetSendQuota (re-read every ..._QUOTA_REFRESH_SECONDS).
 NOTIFICATION_SEND_RATE = env_float("NOTIFICATION_SEND_RATE", 0, minimum=0)

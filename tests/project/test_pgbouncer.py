@@ -12,32 +12,26 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from django.db import connection
+from django.contrib.auth import get_user_model
+from model_bakery import baker
 
 from canonical_ids.leases import Holder, lease_acquire, lease_release, lease_renew
+from notifications.models import Proposal
+from notifications.sweeps import sweep_new_proposals
 from processes.services import process_beat, process_register, process_stop
 from project.db_clock import db_now
 from tests.support import processes
-from tests.support.pgbouncer import PgBouncer
+from tests.support.held_sender import HeldSender, SweepInThread
+from tests.support.pgbouncer import django_through_pgbouncer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def pooled() -> Iterator[PgBouncer]:
-    """Django's default connection (and every connection copied from its settings) through a
-    PgBouncer in transaction pooling with a single server connection."""
-    direct = processes.test_database_url()
-    with PgBouncer(direct, pool_size=1) as bouncer:
-        saved = {key: connection.settings_dict[key] for key in ("HOST", "PORT")}
-        connection.close()
-        connection.settings_dict.update(HOST="127.0.0.1", PORT=bouncer.port)
-        bouncer.pooled_url = bouncer.url(direct)
-        try:
-            yield bouncer
-        finally:
-            connection.close()
-            connection.settings_dict.update(saved)
+def pooled() -> Iterator[str]:
+    """The pooled URL; Django's default connection goes through it too."""
+    with django_through_pgbouncer(pool_size=1) as url:
+        yield url
 
 
 def _session_settings(url: str) -> tuple[str, str]:
@@ -62,4 +56,31 @@ def test_lease_and_process_beats_leave_no_session_setting_on_a_pooled_server_con
     assert process_beat(process_id=process_id, current="")
     process_stop(process_id=process_id)
 
-    assert _session_settings(pooled.pooled_url) == expected
+    assert _session_settings(pooled) == expected
+
+
+def test_through_pgbouncer_a_sweep_running_elsewhere_is_still_not_run_twice(pooled):
+    """The sweeps' session advisory lock, through transaction pooling: the server connection
+    that took it serves the next client too, for whom `pg_try_advisory_lock` succeeds again
+    (the same session holds it), so two cycles of one sweep ran at once."""
+    first = _pi(1)
+    other = SweepInThread("new_proposal", HeldSender())
+    other.start()
+    assert other.sender.sending.wait(timeout=30)
+
+    summary = sweep_new_proposals(sender=HeldSender())
+    assert summary.busy and summary.sent == 0
+
+    assert other.finish().sent == 1
+    assert other.sender.recipients == [first.email]
+    second = _pi(2)
+    released = HeldSender()
+    released.release.set()
+    assert sweep_new_proposals(sender=released).sent == 1  # the lease was given back
+    assert released.recipients == [second.email]
+
+
+def _pi(n: int):
+    user = baker.make(get_user_model(), username=f"pi{n}", email=f"pi{n}@example.org")
+    baker.make(Proposal, pi=user, title=f"Proposal {n}", status=Proposal.Status.IN_REVIEW)
+    return user

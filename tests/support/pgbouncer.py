@@ -18,6 +18,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -115,3 +117,24 @@ class PgBouncer:
                 self._process.wait()
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
+
+
+@contextmanager
+def django_through_pgbouncer(*, pool_size: int = 1) -> Iterator[str]:
+    """Django's default connection, and every connection copied from its settings or opened by
+    another thread, through a PgBouncer in transaction pooling; yields the pooled URL. The
+    settings dict is shared by every thread's wrapper of the alias, so one update moves all."""
+    from django.db import connection
+
+    from tests.support.processes import test_database_url
+
+    direct = test_database_url()
+    with PgBouncer(direct, pool_size=pool_size) as bouncer:
+        saved = {key: connection.settings_dict[key] for key in ("HOST", "PORT")}
+        connection.close()
+        connection.settings_dict.update(HOST="127.0.0.1", PORT=bouncer.port)
+        try:
+            yield bouncer.url(direct)
+        finally:
+            connection.close()
+            connection.settings_dict.update(saved)
