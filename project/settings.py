@@ -126,6 +126,12 @@ for _option, _value in {
     "keepalives_count": 3,
 }.items():
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(_option, _value)
+# Nothing relies on session state across transactions, so DATABASE_URL may point at PgBouncer
+# in transaction pooling (issue 22): no server-side cursors (`.iterator()` would DECLARE one
+# WITH HOLD and FETCH from it in later transactions, maybe on another server connection), and
+# no prepared statements (Django's default for psycopg 3: prepare_threshold None; PgBouncer
+# before 1.21 cannot keep them). Our code reads nothing big enough to need a server cursor.
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 # The wake-up listener's own direct connection (behind PgBouncer in transaction pooling,
 # LISTEN must not go through the pooler); empty: the default database's parameters.
 LISTEN_DATABASE_URL = env_str("LISTEN_DATABASE_URL", "")

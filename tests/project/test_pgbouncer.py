@@ -84,3 +84,20 @@ def _pi(n: int):
     user = baker.make(get_user_model(), username=f"pi{n}", email=f"pi{n}@example.org")
     baker.make(Proposal, pi=user, title=f"Proposal {n}", status=Proposal.Status.IN_REVIEW)
     return user
+
+
+def test_a_queryset_iterated_in_chunks_holds_no_cursor_across_transactions():
+    """`QuerySet.iterator()` (the admin's choice fields use it) declares a server-side
+    cursor `WITH HOLD` in autocommit and fetches from it in later statements. Through
+    transaction pooling a later FETCH may land on another server connection, where the
+    cursor does not exist: DISABLE_SERVER_SIDE_CURSORS keeps every read in one statement."""
+    for n in range(5):
+        _pi(n)
+    with django_through_pgbouncer(pool_size=2) as url:
+        rows = get_user_model().objects.order_by("pk").values_list("username", flat=True)
+        chunks = rows.iterator(chunk_size=2)
+        first = next(chunks)
+        with psycopg.connect(url) as other:  # a transaction holding the cursor's connection
+            other.execute("SELECT 1")
+            rest = list(chunks)
+    assert [first, *rest] == [f"pi{n}" for n in range(5)]
