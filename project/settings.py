@@ -249,6 +249,8 @@ JOBS_BACKOFF_JITTER = env_float("JOBS_BACKOFF_JITTER", 0.25, minimum=0)  # fract
 JOBS_DEFAULT_MAX_ATTEMPTS = env_int("JOBS_DEFAULT_MAX_ATTEMPTS", 5, minimum=1)
 JOBS_LISTENER_PING_SECONDS = env_float("JOBS_LISTENER_PING_SECONDS", 15.0, minimum=0.1)
 JOBS_CLAIM_BATCH_SIZE = env_int("JOBS_CLAIM_BATCH_SIZE", 20, minimum=1)  # rows per claim query
+# ...and at most this many stored payload bytes per claim (always at least one job).
+JOBS_CLAIM_MAX_BYTES = env_int("JOBS_CLAIM_MAX_BYTES", 4 * 1024 * 1024, minimum=1)
 JOBS_RETENTION_DAYS = env_float("JOBS_RETENTION_DAYS", 14, minimum=0)  # completed rows kept
 JOBS_EXTRA_HANDLER_MODULES = env_list("JOBS_EXTRA_HANDLER_MODULES", [])  # besides <app>.handlers
 JOBS_DRAIN_SECONDS = env_float(  # seconds one scheduled/woken drain may claim new batches
