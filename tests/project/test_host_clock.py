@@ -3,7 +3,8 @@
 A web or worker host whose clock runs 10 minutes ahead (or behind) of the database's must
 show a live job lease as live, and a live writer slot as held: the worker status, the Worker
 health page, the job admin ("held by", "stuck") and the writer-slot admin ("live") once
-compared the lease columns with the host's own clock.
+compared the lease columns with the host's own clock. So did the freshness of the send
+quota every process shares.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from canonical_ids.models import WriterSlotLease
 from jobs import enqueue
 from jobs.models import Job
 from jobs.services import job_claim_batch
+from notifications.pacing import Pacer
+from notifications.senders.base import SendQuota
 from ops.health import worker_health
 from ops.status import worker_status
 from project.db_clock import db_now
@@ -71,3 +74,30 @@ def test_the_writer_slot_admin_shows_a_held_slot_as_live(held_slot, monkeypatch)
     slot_admin = site._registry[WriterSlotLease]
     [row] = slot_admin.get_queryset(request=None).filter(pk=held_slot.pk)
     assert slot_admin.is_live(row) is True
+
+
+class _QuotaCounter:
+    """A mail service that reports its quota and counts how often it is asked."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def send(self, email):  # never called here
+        raise AssertionError("no mail is sent in this test")
+
+    def send_quota(self) -> SendQuota:
+        self.asked += 1
+        return SendQuota(max_send_rate=14.0, max_24_hour_send=-1, sent_last_24_hours=0)
+
+
+def test_the_send_quota_one_host_read_is_fresh_for_every_host(monkeypatch):
+    """SES's quota is kept in the database for every process for
+    NOTIFICATION_SEND_QUOTA_REFRESH_SECONDS (600 s). It was stamped with the reading host's
+    clock: read by a host 10 minutes behind, every other host found it stale and asked SES
+    again."""
+    service = _QuotaCounter()
+    skew_this_process(monkeypatch, -SKEW)
+    assert Pacer(service).rate() == 14.0
+    monkeypatch.undo()  # another host, on time
+    assert Pacer(service).rate() == 14.0
+    assert service.asked == 1
