@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+import psycopg
 import pytest
 
 BINARY = Path("/usr/sbin/pgbouncer")
@@ -57,6 +58,16 @@ class PgBouncer:
         auth = parts.netloc.rpartition("@")[0]
         netloc = f"{auth}@127.0.0.1:{self.port}" if auth else f"127.0.0.1:{self.port}"
         return urlunsplit(parts._replace(netloc=netloc))
+
+    def transactions(self, database: str) -> int:
+        """Transactions PgBouncer has passed to `database` so far (its admin console's
+        SHOW STATS): proof that the clients went through it."""
+        admin = f"host=127.0.0.1 port={self.port} user={self.user} dbname=pgbouncer"
+        with psycopg.connect(admin, autocommit=True, prepare_threshold=None) as conn:
+            cursor = conn.execute("SHOW STATS")
+            names = [column.name for column in cursor.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return sum(int(row["total_xact_count"]) for row in rows if row["database"] == database)
 
     def __enter__(self) -> PgBouncer:
         self._folder = Path(tempfile.mkdtemp(prefix="pgbouncer-"))
