@@ -135,8 +135,9 @@ class ScaleOut:
                     )
                 work_started = time.monotonic()
                 self._insert_jobs()
-                report.done = self._feed_until_done(work_started)
+                report.done = self._feed_until_done(work_started, report)
                 report.seconds["work (jobs inserted → all done)"] = time.monotonic() - work_started
+                self.pooled_transactions = bouncer.transactions(connection.settings_dict["NAME"])
             finally:
                 for cluster in self.clusters:
                     stop_cluster(cluster)
