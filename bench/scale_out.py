@@ -13,7 +13,9 @@ libfaketime; LISTEN direct through LISTEN_DATABASE_URL), 5,000 jobs by plain SQL
 mailed by the new-proposal sweep and their 500 replies dropped into the mail folder. It
 prints the wall time of the work and the checks (every job completed and started once,
 every notice mailed once, every mail handled once, no canonical id minted twice), and exits
-non-zero if one failed. The clusters' logs are left in the work directory.
+non-zero if one failed. First it runs the same work with the clusters connected directly
+and no clock skew (the baseline; `--no-baseline` skips it) and prints the ratio of the two
+wall times. The clusters' logs are left in the work directory.
 """
 
 from __future__ import annotations
@@ -64,27 +66,43 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="django-q2 workers per cluster")
     parser.add_argument("--pool-size", type=int, default=10, help="PgBouncer server connections")
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument(
+        "--no-baseline",
+        action="store_true",
+        help="skip the baseline run (the same work, the clusters connected directly, no skew)",
+    )
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     # SIGTERM unwinds through the run's clean-up, so the clusters and PgBouncer stop with it.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
-    recreate_database()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="scale-out-"))
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"scale-out rehearsal: logs in {workdir}", flush=True)
-    report = ScaleOut(
-        ScaleOutSettings(
-            jobs=args.jobs,
-            mails=args.mails,
-            workers=args.workers,
-            pool_size=args.pool_size,
-            timeout=args.timeout,
-        ),
-        workdir,
-    ).run()
-    print(report.table())
+    common = {
+        "jobs": args.jobs,
+        "mails": args.mails,
+        "workers": args.workers,
+        "pool_size": args.pool_size,
+        "timeout": args.timeout,
+    }
+    runs = [("rehearsal", ScaleOutSettings(**common))]
+    if not args.no_baseline:
+        # The same machine and work, no pooler and no skew: what the figures compare with.
+        runs.insert(0, ("baseline", ScaleOutSettings(**common, pooled=False, skews=(0, 0, 0))))
+    work = "work (jobs inserted → all done)"
+    reports = {}
+    for name, config in runs:
+        recreate_database()
+        folder = workdir / name
+        folder.mkdir(exist_ok=True)
+        reports[name] = report = ScaleOut(config, folder).run()
+        print(f"\n[{name}]\n{report.table()}", flush=True)
+    if "baseline" in reports:
+        ratio = reports["rehearsal"].seconds[work] / reports["baseline"].seconds[work]
+        print(f"\nrehearsal / baseline wall time of the work: {ratio:.2f}x")
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    sys.exit(1 if report.failed or not report.done else 0)
+    failed = any(report.failed or not report.done for report in reports.values())
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ class ScaleOutSettings:
     skews: tuple[int, ...] = (0, 300, -300)  # one cluster per entry: its clock's offset (s)
     workers: int = 2  # django-q2 workers per cluster
     pool_size: int = 10  # PgBouncer's server connections to PostgreSQL
+    pooled: bool = True  # False: the clusters connect directly (bench/scale_out.py's baseline)
     timeout: float = 600.0  # seconds for everything to be done
 
 
@@ -79,10 +80,14 @@ class ScaleOutReport:
         return [check for check in self.checks if not check.ok]
 
     def table(self) -> str:
+        route = (
+            f"through PgBouncer (transaction pooling, {self.settings.pool_size} server connections)"
+            if self.settings.pooled
+            else "connected directly"
+        )
         lines = [
             f"scale-out rehearsal: {len(self.settings.skews)} clusters (clock offsets "
-            f"{', '.join(f'{s:+d} s' for s in self.settings.skews)}) through PgBouncer "
-            f"(transaction pooling, {self.settings.pool_size} server connections), "
+            f"{', '.join(f'{s:+d} s' for s in self.settings.skews)}) {route}, "
             f"{self.settings.workers} workers each",
             *(f"  {phase}: {seconds:.1f} s" for phase, seconds in self.seconds.items()),
             f"  all done: {'yes' if self.done else 'NO (timed out)'}",
@@ -114,7 +119,7 @@ class ScaleOut:
         self._make_pis()
         with PgBouncer(direct, pool_size=self.config.pool_size, max_clients=1000) as bouncer:
             env = child_env(
-                DATABASE_URL=bouncer.url(direct),
+                DATABASE_URL=bouncer.url(direct) if self.config.pooled else direct,
                 LISTEN_DATABASE_URL=direct,
                 Q_WORKERS=str(self.config.workers),
                 JOBS_EXTRA_HANDLER_MODULES="tests.system.handlers",
@@ -244,6 +249,8 @@ class ScaleOut:
         ]
 
     def _check_pooled(self) -> Check:
+        if not self.config.pooled:
+            return Check("the clusters connected directly (baseline)", True, "no PgBouncer")
         return Check(
             "the clusters ran through PgBouncer",
             self.pooled_transactions >= self.config.jobs,
