@@ -135,6 +135,16 @@ def job_finish_and_claim(
     inside the handler's `atomic()` the handler's writes, the completion and the next
     claim commit together, and a rollback takes all three back. `want_more` asks whether
     another due job waits (an `EXISTS`, so the runner asks once per drain).
+
+    As a transaction of its own it commits asynchronously (`synchronous_commit` off for it
+    alone; the WAL flush was half a job's wall time). A server crash (not a worker's) may
+    then lose its last fraction of a second (PostgreSQL keeps it consistent: as if it had
+    crashed that much earlier): a lost completion leaves the job `processing` until the
+    reaper re-queues it, a lost claim leaves it queued with the attempt undone; either way
+    it runs again, as after a worker crash at that moment. Nothing else is lost with it:
+    the job wrote nothing in its transaction, and whatever a handler commits itself
+    (synchronously) flushes the claim before it. Inside a caller's transaction the
+    caller's commit decides, and stays synchronous.
     """
     with connection.cursor() as cursor:
         cursor.execute(
@@ -145,6 +155,7 @@ def job_finish_and_claim(
                 claim,
                 float(get_config().lease_seconds),
                 want_more,
+                connection.get_autocommit(),  # its own transaction: commit without the flush
             ],
         )
         completed, pk, kind, payload, attempts, max_attempts, more = cursor.fetchone()
@@ -206,7 +217,7 @@ RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run
 
 # The runner's one statement per job: the function of migration 0008 (its plan is kept by
 # the server session; the statement is there, with why each part is as it is).
-_FINISH_AND_CLAIM_SQL = "SELECT * FROM jobs_finish_and_claim(%s, %s, %s, %s, %s)"
+_FINISH_AND_CLAIM_SQL = "SELECT * FROM jobs_finish_and_claim(%s, %s, %s, %s, %s, %s)"
 
 
 def job_complete(*, job: ClaimedJob, worker: str) -> None:
