@@ -1,24 +1,45 @@
-"""No-op job throughput of one worker process: our runner vs a bare psycopg loop.
+"""No-op job throughput of one worker process: our runner vs bare psycopg loops and pgqueuer.
 
-Usage (PostgreSQL; the database is created/migrated if needed and its jobs table emptied):
+Usage (PostgreSQL; the database is created/migrated if needed and its job tables emptied):
 
+    .venv/bin/pip install 'pgqueuer==1.6.*'   # for the comparison only, not a dependency
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/worker_bench .venv/bin/python bench/jobs.py \
-        [--jobs 5000] [--rounds 3]
+        [--jobs 20000] [--rounds 3]
 
-Both loops run in this one process, alternately, over tables of the same shape (the bare
-loop's table is `CREATE TABLE … (LIKE jobs_job INCLUDING ALL)`), and do the same work per
-job: a batch claim (SELECT … FOR UPDATE SKIP LOCKED + UPDATE, one transaction), then per
-job its own transaction with a guarded completion UPDATE and a COMMIT; both tables carry
-the wake-up triggers of migration 0002. The difference is what the framework costs: the
-ORM, the registry, the summary, the heartbeat thread.
+Issue 22, point 5: N no-op jobs drained by one worker process, each runner in turn, rounds
+interleaved (the order rotates every round: load drifts), all in this one process:
+
+- **jobs runner**: `run_pending()` over `jobs_job`, with every trigger the migrations put on
+  it (wake-up, counts, attempt history, rates and histograms), as production runs it.
+- **bare loop, batch claim**: the floor of what PostgreSQL can do: a psycopg loop claiming
+  20 rows per statement (`UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`), then
+  completing the 20 in one statement; a table of the same shape (`LIKE jobs_job INCLUDING
+  ALL`) with only the wake-up triggers. It holds up to 19 jobs it has not started (what
+  issue 22's point 4 forbids the runner).
+- **bare loop, one-row claim** (`--one-row`): the same loop claiming one row and completing
+  it in a transaction of its own (two commits a job).
+- **pgqueuer 1.6**: its `QueueManager` in drain mode on a psycopg async connection, default
+  settings (dequeue batches of 10; completions buffered and written per batch); skipped,
+  with a note, when pgqueuer is not installed.
+
+Printed per runner: the median jobs/s over the rounds (each round listed), the CPU time of
+this process and of its PostgreSQL backend per job (read from /proc: the server is local),
+and the runner's ratio to pgqueuer and to the batch loop. Before each round the tables are
+refilled and vacuumed (the server's autovacuum may be off; dead rows of an earlier round
+would slow the next one), and the runner's attempt history is emptied.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import statistics
+import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -30,10 +51,11 @@ import psycopg  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
-from django.utils import timezone  # noqa: E402
 
 from bench.support import dsn_from_settings, ensure_database  # noqa: E402
 from jobs import handler, run_pending  # noqa: E402
+
+BATCH = 20  # rows per claim statement of the batch loop (the issue's baseline)
 
 
 @handler("bench.noop")
@@ -62,69 +84,164 @@ RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts
 BARE_COMPLETE = """
 UPDATE bench_bare_job
 SET status = 'completed', completed_at = now(), locked_by = '', lease_expires_at = NULL
-WHERE id = %s AND locked_by = %s AND status = 'processing'
+WHERE id = ANY(%s) AND locked_by = %s AND status = 'processing'
 """
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def fill(table: str, count: int) -> None:
-    now = timezone.now()
+@dataclass
+class Round:
+    rate: float  # jobs/s
+    worker_us: float  # CPU of this process per job
+    server_us: float  # CPU of the PostgreSQL backend per job
+
+
+@dataclass
+class Runner:
+    name: str
+    run: Callable[[int], Round]
+    rounds: list[Round] = field(default_factory=list)
+
+    def median(self, attr: str) -> float:
+        return statistics.median(getattr(r, attr) for r in self.rounds)
+
+
+def backend_cpu(pid: int) -> float:
+    """Seconds of CPU (user + system) a local PostgreSQL backend has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+class Meter:
+    """Wall time, this process' CPU and a backend's CPU over a block."""
+
+    def __init__(self, backend_pid: int) -> None:
+        self.pid = backend_pid
+
+    def __enter__(self) -> Meter:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        self.server = backend_cpu(self.pid)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+        self.server = backend_cpu(self.pid) - self.server
+
+    def round(self, count: int) -> Round:
+        return Round(count / self.wall, self.cpu / count * 1e6, self.server / count * 1e6)
+
+
+def fill(table: str, count: int, *, also_vacuum: tuple[str, ...] = ()) -> None:
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {table}")
         cursor.execute(
             f"""
             INSERT INTO {table} (kind, payload, status, priority, attempts, max_attempts,
                                  run_after, created_at, locked_by, last_error)
-            SELECT 'bench.noop', '{{}}'::jsonb, 'queued', 0, 0, 5, %s, %s, '', ''
+            SELECT 'bench.noop', '{{}}'::jsonb, 'queued', 0, 0, 5, now(), now(), '', ''
             FROM generate_series(1, %s)
             """,
-            [now, now, count],
+            [count],
         )
-        cursor.execute(f"VACUUM ANALYZE {table}")
+        for name in (table, *also_vacuum):
+            cursor.execute(f"VACUUM ANALYZE {name}")
 
 
-def bench_framework(count: int) -> tuple[float, float]:
-    """(jobs/s, CPU µs of this process per job)."""
-    fill("jobs_job", count)
-    started, cpu = time.perf_counter(), time.process_time()
-    summary = run_pending()
-    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+def bench_runner(count: int) -> Round:
+    with connection.cursor() as cursor:
+        cursor.execute("TRUNCATE jobs_jobattempt")
+    # Not ANALYZE the emptied history: statistics saying "no rows" put the attempt trigger's
+    # cached plan on a sequential scan for the whole round (quadratic, a bench artefact).
+    fill("jobs_job", count, also_vacuum=("jobs_jobcount", "ops_metricseries"))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    with Meter(pid) as meter:
+        summary = run_pending()
     assert summary.completed == count, summary
-    return count / elapsed, cpu / count * 1e6
+    return meter.round(count)
 
 
-def bench_bare(count: int, dsn: str, batch: int) -> tuple[float, float]:
+def bench_bare(count: int, dsn: str, batch: int) -> Round:
     fill("bench_bare_job", count)
     done = 0
-    with psycopg.connect(dsn) as conn:
-        started, cpu = time.perf_counter(), time.process_time()
-        while True:
-            with conn.cursor() as cursor:
+    with psycopg.connect(dsn) as conn, conn.cursor() as cursor:
+        with Meter(conn.info.backend_pid) as meter:
+            while True:
                 cursor.execute(BARE_CLAIM, (batch, "bare"))
-                claimed = cursor.fetchall()
+                claimed = [row[0] for row in cursor.fetchall()]
                 conn.commit()
                 if not claimed:
                     break
-                for job_id, _kind, _payload, _attempts, _max in claimed:
-                    cursor.execute(BARE_COMPLETE, (job_id, "bare"))
-                    conn.commit()
-                    done += 1
-        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+                # no-op handlers: nothing to run
+                cursor.execute(BARE_COMPLETE, (claimed, "bare"))
+                conn.commit()
+                done += cursor.rowcount
     assert done == count, done
-    return count / elapsed, cpu / count * 1e6
+    return meter.round(count)
+
+
+def bench_pgqueuer(count: int, dsn: str) -> Round:
+    from pgqueuer import PsycopgDriver, Queries, QueueManager
+    from pgqueuer.types import QueueExecutionMode
+
+    async def drain() -> Round:
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        try:
+            queries = Queries(PsycopgDriver(conn))
+            if not await queries.schema_is_installed():
+                await queries.install()
+            await queries.clear_queue()
+            await queries.clear_queue_log()
+            await queries.enqueue(["bench.noop"] * count, [None] * count, [0] * count)
+            for table in ("pgqueuer", "pgqueuer_log", "pgqueuer_statistics"):
+                await conn.execute(f"VACUUM ANALYZE {table}")
+            manager = QueueManager(queries)
+
+            @manager.entrypoint("bench.noop")
+            async def pgq_noop(job: object) -> None:
+                pass
+
+            with Meter(conn.info.backend_pid) as meter:
+                await manager.run(mode=QueueExecutionMode.drain)
+            left = await conn.execute("SELECT count(*) FROM pgqueuer")
+            (queued,) = await left.fetchone()
+            assert queued == 0, f"{queued} pgqueuer jobs left"
+            return meter.round(count)
+        finally:
+            await conn.close()
+
+    return asyncio.run(drain())
+
+
+def pgqueuer_version() -> str | None:
+    try:
+        import pgqueuer
+    except ImportError:
+        return None
+    return pgqueuer.__version__
+
+
+def load_average() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--one-row", action="store_true", help="also the bare loop claiming one row (slow)"
+    )
     args = parser.parse_args()
     ensure_database()
-    call_command("migrate", "jobs", verbosity=0)
+    call_command("migrate", verbosity=0)  # every app: the triggers on jobs_job come from several
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_bare_job")
         cursor.execute("CREATE TABLE bench_bare_job (LIKE jobs_job INCLUDING ALL)")
         # The same wake-up triggers as jobs_job (migration 0002): their cost is the database's,
-        # paid by any loop over the table, not the framework's.
+        # paid by any loop over the table. Not the counts, history or rates (issue 20).
         for event, referencing in BARE_TRIGGERS:
             cursor.execute(
                 f"CREATE TRIGGER bench_bare_notify_due_{event.lower()} AFTER {event} "
@@ -132,36 +249,48 @@ def main() -> None:
                 "FOR EACH STATEMENT EXECUTE FUNCTION jobs_job_notify_due()"
             )
     dsn = dsn_from_settings()
-    batch = settings.JOBS_CLAIM_BATCH_SIZE
+    version = pgqueuer_version()
+    runners = [
+        Runner("jobs runner (run_pending)", bench_runner),
+        Runner(f"bare loop, claim {BATCH} rows", lambda n: bench_bare(n, dsn, BATCH)),
+    ]
+    if args.one_row:
+        runners.append(Runner("bare loop, claim 1 row", lambda n: bench_bare(n, dsn, 1)))
+    if version is not None:  # last: the ratio below reads it there
+        runners.append(Runner(f"pgqueuer {version}", lambda n: bench_pgqueuer(n, dsn)))
 
-    bench_framework(min(args.jobs, 500))  # warm-up: imports, connections, plans
-    bench_bare(min(args.jobs, 500), dsn, batch)
-    ours, bare = [], []
-    for round_no in range(args.rounds):  # alternate which goes first: load drifts
-        if round_no % 2:
-            bare.append(bench_bare(args.jobs, dsn, batch))
-            ours.append(bench_framework(args.jobs))
-        else:
-            ours.append(bench_framework(args.jobs))
-            bare.append(bench_bare(args.jobs, dsn, batch))
-    ours_rate = statistics.median(rate for rate, _ in ours)
-    bare_rate = statistics.median(rate for rate, _ in bare)
-    ours_cpu = statistics.median(cpu for _, cpu in ours)
-    bare_cpu = statistics.median(cpu for _, cpu in bare)
+    print(f"before: {load_average()}")
+    for runner in runners:  # warm-up: imports, connections, plans, pgqueuer's schema
+        runner.run(min(args.jobs, 500))
+    for round_no in range(args.rounds):  # rotate who goes first: load drifts
+        shift = round_no % len(runners)
+        for runner in runners[shift:] + runners[:shift]:
+            runner.rounds.append(runner.run(args.jobs))
+    print(f"after:  {load_average()}")
+
     print(
-        f"no-op jobs, 1 worker process, PostgreSQL, claim batch {batch}, "
+        f"no-op jobs, 1 worker process, PostgreSQL {connection.pg_version // 10000}, "
         f"{args.jobs} jobs x {args.rounds} rounds (medians), DEBUG={settings.DEBUG}"
     )
-    print(f"{'':28}{'jobs/s':>9}{'CPU µs/job':>12}   rounds (jobs/s)")
-    for name, rate, cpu, rounds in (
-        ("jobs runner (run_pending)", ours_rate, ours_cpu, ours),
-        ("bare psycopg loop", bare_rate, bare_cpu, bare),
-    ):
-        print(f"  {name:26}{rate:9.0f}{cpu:12.0f}   " + ", ".join(f"{r:.0f}" for r, _ in rounds))
-    print(f"  ratio runner/bare (jobs/s): {ours_rate / bare_rate:.2f}")
+    print(f"{'':30}{'jobs/s':>8}{'worker CPU':>12}{'server CPU':>12}   rounds (jobs/s)")
+    print(f"{'':30}{'':>8}{'µs/job':>12}{'µs/job':>12}")
+    for runner in runners:
+        print(
+            f"  {runner.name:28}{runner.median('rate'):8.0f}{runner.median('worker_us'):12.0f}"
+            f"{runner.median('server_us'):12.0f}   "
+            + ", ".join(f"{r.rate:.0f}" for r in runner.rounds)
+        )
+    ours, batch = runners[0].median("rate"), runners[1].median("rate")
+    print(f"  ratio runner / bare batch loop: {ours / batch:.2f}  (goal >= 0.3)")
+    if version is None:
+        print("  pgqueuer not installed: .venv/bin/pip install 'pgqueuer==1.6.*' to compare")
+    else:
+        pgq = runners[-1].median("rate")
+        print(f"  ratio runner / pgqueuer:        {ours / pgq:.2f}  (goal >= 1.0)")
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_bare_job")
         cursor.execute("TRUNCATE jobs_job")
+        cursor.execute("TRUNCATE jobs_jobattempt")
 
 
 if __name__ == "__main__":

@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
 from django.db import DatabaseError, connection, transaction
+from psycopg.pq import TransactionStatus
 
 from jobs import registry, services
 from jobs.conf import get_config
@@ -88,54 +88,82 @@ def run_pending(
     started = time.monotonic()
     deadline = None if max_seconds is None else started + max_seconds
     reconnect = Reconnect("job drain")
-    pending: deque[services.ClaimedJob] = deque()
+    unstarted: services.ClaimedJob | None = None  # claimed, not started yet: given back below
+    ran: services.ClaimedJob | None = None  # handler done, completion goes with the next claim
     heartbeat = _Heartbeat(summary.worker)
     heartbeat.start()
+
+    def may_claim() -> bool:
+        # Before every job, not only before a claim: a run of slow handlers must not run the
+        # drain past django-q2's timeout (which kills it, and the reaper would then charge
+        # the job an attempt).
+        if stop is not None and stop.is_set():
+            return False
+        if max_seconds is not None and time.monotonic() - started >= max_seconds:
+            summary.budget_exhausted = True
+            return False
+        if limit is not None and summary.claimed >= limit:
+            summary.budget_exhausted = True
+            return False
+        return True
+
     try:
-        while stop is None or not stop.is_set():
-            # Before every job, not only before a claim: a batch of slow handlers must
-            # not run the drain past django-q2's timeout (which kills it, and the reaper
-            # would then charge each unstarted claim an attempt). What is left is
-            # released below and picked up by the next drain.
-            if max_seconds is not None and time.monotonic() - started >= max_seconds:
-                summary.budget_exhausted = True
+        while True:
+            claim = may_claim()
+            if not claim and ran is None:
                 break
-            if not pending:
-                remaining = None if limit is None else limit - summary.claimed
-                if remaining is not None and remaining <= 0:
-                    summary.budget_exhausted = True
-                    break
-                result = _reconnecting(
-                    lambda: services.job_claim_next(worker=summary.worker),
-                    reconnect,
-                    stop=stop,
-                    deadline=deadline,
-                )
-                if result is None:  # the connection stayed lost until stop/deadline
-                    break
-                claimed, more_due = result
-                if claimed is None:
-                    break
-                pending.append(claimed)
-                summary.claimed += 1
-                if more_due and wake_others is not None and not woke_others:
-                    # Another due job waits while this one runs: let an idle worker take it
-                    # rather than have it wait behind this one (head-of-line blocking).
-                    woke_others = True
-                    wake_others()
-            _run_one(pending.popleft(), summary, reconnect, stop=stop, deadline=deadline)
+            done, want_more = ran, wake_others is not None and not woke_others
+            step = _reconnecting(
+                lambda done=done, claim=claim, want_more=want_more: services.job_finish_and_claim(
+                    worker=summary.worker, done=done, claim=claim, want_more=want_more
+                ),
+                reconnect,
+                stop=stop,
+                deadline=deadline,
+            )
+            ran = None
+            if step is None:  # the connection stayed lost until stop/deadline
+                if done is not None:  # its completion is unknown: the reaper decides
+                    summary.lost += 1
+                break
+            if done is not None:
+                _count_completion(done, step.completed, summary)
+            if step.claimed is None:
+                break
+            unstarted = step.claimed
+            summary.claimed += 1
+            if step.more_due and want_more:
+                # Another due job waits while this one runs: let an idle worker take it
+                # rather than have it wait behind this one (head-of-line blocking).
+                woke_others = True
+                wake_others()
+            job, unstarted = unstarted, None
+            ran = _run_one(job, summary, reconnect, stop=stop, deadline=deadline)
     finally:
         doing("")  # issue 20 hook: idle again in the process registry
+        if ran is not None:  # interrupted before its completion was sent: send it alone
+            try:
+                step = services.job_finish_and_claim(
+                    worker=summary.worker, done=ran, claim=False, want_more=False
+                )
+                _count_completion(ran, step.completed, summary)
+            except DatabaseError:  # do not mask the error that stopped us
+                summary.lost += 1
+                logger.exception(
+                    "could not record job #%s completed; the reaper will run it again",
+                    ran.id,
+                    extra={"action": "job_complete_failed", "job_id": ran.id, "kind": ran.kind},
+                )
         heartbeat.stop()
-        if pending:  # deadline, stop request, interrupt or database error: give them back
+        if unstarted is not None:  # claimed, then stopped before it started: give it back
             try:
                 summary.released = services.job_release(
-                    worker=summary.worker, job_ids=[job.id for job in pending]
+                    worker=summary.worker, job_ids=[unstarted.id]
                 )
             except DatabaseError:  # do not mask the error that stopped us
                 logger.exception(
-                    "could not release %s unstarted jobs; the reaper will reclaim them",
-                    len(pending),
+                    "could not release unstarted job #%s; the reaper will reclaim it",
+                    unstarted.id,
                     extra={"action": "jobs_release_failed"},
                 )
         summary.seconds = time.monotonic() - started
@@ -146,6 +174,28 @@ def run_pending(
             extra={"action": "jobs_drained", **summary.as_dict()},
         )
     return summary
+
+
+def _count_completion(job: services.ClaimedJob, completed: bool, summary: RunSummary) -> None:
+    """Count a completion sent after the handler returned; a row no longer ours was reaped."""
+    if completed:
+        summary.completed += 1
+        return
+    summary.lost += 1
+    logger.warning(
+        "job #%s %s was reaped while running; %s",
+        job.id,
+        job.kind,
+        "it wrote nothing in its transaction"
+        if registry.runs_in_transaction(job.kind)
+        else "it committed its own steps (idempotent handler)",
+        extra={
+            "action": "job_lease_lost",
+            "job_id": job.id,
+            "kind": job.kind,
+            "attempt": job.attempts,
+        },
+    )
 
 
 def _reconnecting(
@@ -179,7 +229,10 @@ def _run_one(
     *,
     stop: threading.Event | None,
     deadline: float | None,
-) -> None:
+) -> services.ClaimedJob | None:
+    """Run `job`'s handler; return the job when its completion is left to the next
+    statement (`job_finish_and_claim`, one round trip for both), None when it was recorded
+    here (completed in the handler's transaction, failed, or lost)."""
     context = {"job_id": job.id, "kind": job.kind, "attempt": job.attempts}
     doing(f"job #{job.id} {job.kind}")  # issue 20 hook: the process registry's "current"
     try:
@@ -189,12 +242,15 @@ def _run_one(
             # If it raises, atomic() rolls back here, before the failure is recorded below.
             with transaction.atomic():
                 fn(job.payload)
+                if _wrote_nothing():
+                    # Nothing to commit with it: the completion goes with the next claim.
+                    return job
                 services.job_complete(job=job, worker=summary.worker)
         else:
-            # It commits its own steps (claim -> commit -> external effect -> record).
+            # It commits its own steps (claim -> commit -> external effect -> record); the
+            # completion goes with the next claim.
             fn(job.payload)
-            with transaction.atomic():
-                services.job_complete(job=job, worker=summary.worker)
+            return job
     except LeaseLost:
         summary.lost += 1
         logger.warning(
@@ -206,7 +262,7 @@ def _run_one(
             else "it committed its own steps (idempotent handler)",
             extra={"action": "job_lease_lost", **context},
         )
-        return
+        return None
     except BaseException as exc:  # noqa: BLE001 - the loop's one catch-all: record, log, go on
         discard_broken_connection()  # the handler's atomic() has rolled back: reconnect
         outcome = _reconnecting(
@@ -237,8 +293,16 @@ def _run_one(
         )
         if isinstance(exc, PROCESS_STOPPING):
             raise  # recorded; now let the process stop
-        return
+        return None
     summary.completed += 1
+    return None
+
+
+def _wrote_nothing() -> bool:
+    """Whether the open transaction has sent no statement yet (psycopg begins it lazily, at
+    the first one): then there is nothing of the handler's to commit with the completion."""
+    raw = connection.connection
+    return raw is not None and raw.info.transaction_status == TransactionStatus.IDLE
 
 
 class _Heartbeat(threading.Thread):

@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import connection, transaction
 from django.utils import timezone
 from model_bakery import baker
 
@@ -68,6 +69,31 @@ def test_success_commits_handler_work_and_completion_together():
     assert job.completed_at is not None and job.failed_at is None
     assert job.attempts == 1 and job.locked_by == ""
     assert User.objects.filter(username="alice").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_that_writes_nothing_costs_one_statement_which_completes_it_with_the_next_claim():
+    """Issue 22, point 5: a claim and a completion of their own, each in a transaction, cost
+    two round trips and two commits per job. A handler that wrote nothing in its
+    transaction has nothing to commit with its completion, so the completion goes with the
+    next claim: one statement, committed alone, per job (and one that completes the last)."""
+    jobs = [enqueue("tests.noop", {"n": n}) for n in range(5)]
+    in_transaction: list[bool] = []
+
+    def record(execute, sql, params, many, context):
+        in_transaction.append(connection.in_atomic_block)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        summary = run_pending()
+
+    assert (summary.claimed, summary.completed, summary.lost) == (5, 5, 0)
+    assert len(in_transaction) == 6, in_transaction
+    assert not any(in_transaction)  # each statement its own transaction: one commit a job
+    for job in jobs:
+        job.refresh_from_db()
+        assert (job.status, job.attempts, job.locked_by) == (Job.Status.COMPLETED, 1, "")
+        assert job.completed_at >= job.started_at
 
 
 @pytest.mark.django_db
@@ -248,3 +274,30 @@ def test_an_error_whose_text_cannot_be_stored_is_still_recorded_and_the_drain_go
     assert bad.last_error.startswith(error)
     good.refresh_from_db()
     assert good.status == Job.Status.COMPLETED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_per_job_statement_commits_without_the_flush_only_as_a_transaction_of_its_own():
+    """Issue 22, point 5: the runner's per-job statement, run as a transaction of its own,
+    commits without waiting for the WAL flush. Inside a caller's transaction (a handler's
+    writes) it must not make the caller's commit asynchronous, and it never changes the
+    session's setting."""
+    from jobs.services import job_finish_and_claim
+
+    first, second = enqueue("tests.noop"), enqueue("tests.noop")
+
+    def synchronous_commit() -> str:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('synchronous_commit')")
+            return cursor.fetchone()[0]
+
+    with transaction.atomic():
+        step = job_finish_and_claim(worker="w", done=None, claim=True, want_more=False)
+        assert synchronous_commit() == "on"
+    assert step.claimed is not None and step.claimed.id == first.pk
+
+    step = job_finish_and_claim(worker="w", done=step.claimed, claim=True, want_more=True)
+    assert step.completed and step.claimed.id == second.pk and not step.more_due
+    assert synchronous_commit() == "on"
+    first.refresh_from_db()
+    assert first.status == Job.Status.COMPLETED
