@@ -22,6 +22,7 @@ from jobs.selectors import jobs_due, jobs_finished_per_minute
 from notifications.models import EmailNotification
 from notifications.selectors import OPEN as OPEN_NOTIFICATION_STATUSES
 from ops.charts import Chart, SeriesIn, buckets, line_chart, stacked_bar_chart
+from ops.durations import humanize_seconds
 from ops.status import BACKLOG_ALERT_SECONDS, WorkerStatus, worker_status
 from processes.models import WorkerProcess
 
@@ -131,7 +132,7 @@ def _jobs_section(status: WorkerStatus, now: datetime) -> Section:
             jobs_due(now=now).count(),
             changelist(Job, health="due"),
             alert=waited > BACKLOG_ALERT_SECONDS,
-            note=f"oldest waiting {waited:.0f} s" if oldest else "",
+            note=f"oldest waiting {humanize_seconds(waited)}" if oldest else "",
         ),
         Tile(
             "stuck past their lease",
@@ -154,7 +155,7 @@ def _mail_section(status: WorkerStatus, now: datetime) -> Section:
             alert=value == InboundEmail.Status.QUARANTINED and bool(by_status.get(value)),
             # Quarantined mail is kept until an operator acts (never pruned): its age shows.
             note=(
-                f"oldest {_age(now - oldest_quarantined)}"
+                f"oldest {humanize_seconds(now - oldest_quarantined)}"
                 if value == InboundEmail.Status.QUARANTINED and oldest_quarantined
                 else ""
             ),
@@ -176,18 +177,6 @@ def _mail_section(status: WorkerStatus, now: datetime) -> Section:
         ),
     ]
     return Section("Inbound mail", tuple(tiles))
-
-
-def _age(age: timedelta) -> str:
-    """ "3 d 4 h", "5 h 12 min", "7 min": how long a mail has waited for an operator."""
-    minutes = max(int(age.total_seconds() // 60), 0)
-    days, rest = divmod(minutes, 24 * 60)
-    hours, minutes = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes} min"
-    return f"{minutes} min"
 
 
 def _notifications_section(status: WorkerStatus) -> Section:

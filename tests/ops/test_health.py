@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.urls import reverse
 from django.utils import timezone
 from model_bakery import baker
@@ -235,4 +237,25 @@ def test_the_health_page_shows_the_quarantine_age(admin_client):
     row = baker.make(InboundEmail, status="quarantined")
     InboundEmail.objects.filter(pk=row.pk).update(finished_at=timezone.now() - timedelta(hours=5))
     page = admin_client.get(HEALTH_URL).content.decode()
-    assert "oldest 5 h 0 min" in page
+    assert "oldest 5 h" in page and "oldest 5 h 0" not in page
+
+
+def test_waits_read_as_words_not_raw_seconds(admin_client, capsys):
+    """Issue 20: "oldest waiting 3723 s" became "1 h 2 min" on the page, in the finding and
+    in worker_status's text output (its --json keeps the seconds)."""
+    baker.make(
+        Job,
+        kind="report.render",
+        status="queued",
+        max_attempts=5,
+        run_after=timezone.now() - timedelta(seconds=3723.4),
+    )
+    page = admin_client.get(HEALTH_URL).content.decode()
+    assert "oldest waiting 1 h 2 min" in page
+    assert "has been due for 1 h 2 min" in page
+    assert "3723" not in page
+    with pytest.raises(CommandError):
+        call_command("worker_status")
+    out = capsys.readouterr().out
+    assert "waiting 1 h 2 min" in out and "has been due for 1 h 2 min" in out
+    assert "3723" not in out
