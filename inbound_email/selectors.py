@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db.models import Count, F, Func, IntegerField, Min, QuerySet
-from django.db.models.functions import TruncHour
 
 from inbound_email.models import InboundEmail, Reply
+from project.pg_time import DateBin
 
 # A mail awaiting its instruction relay this long means the relay is stuck (the retries spent
 # their budget long before, or the relay jobs do not run).
@@ -43,18 +43,21 @@ def replies_needing_operator() -> QuerySet[Reply]:
     return Reply.objects.filter(needs_operator=True, operator_acknowledged_at__isnull=True)
 
 
-def inbound_received_per_hour(*, since: datetime) -> dict[str, dict[datetime, int]]:
-    """Mail received per hour since `since` (UTC hour starts), by the status each row has now."""
+def inbound_received_per_bucket(
+    *, since: datetime, step: timedelta
+) -> dict[str, dict[datetime, int]]:
+    """Mail received per bucket of width `step` since `since` (bucket starts counted from the
+    epoch in UTC: project.pg_time.DateBin), by the status each row has now."""
     rows = (
         InboundEmail.objects.filter(created_at__gte=since)
-        .annotate(hour=TruncHour("created_at"))
-        .values("hour", "status")
+        .annotate(bucket=DateBin(step, F("created_at")))
+        .values("bucket", "status")
         .annotate(n=Count("id"))
-        .order_by("hour", "status")
+        .order_by("bucket", "status")
     )
     series: dict[str, dict[datetime, int]] = {}
     for row in rows:
-        series.setdefault(row["status"], {})[row["hour"]] = row["n"]
+        series.setdefault(row["status"], {})[row["bucket"]] = row["n"]
     return series
 
 

@@ -3,12 +3,12 @@ the health page, /metrics): each rule about what a job's state means lives here 
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from django.db.models import Count, QuerySet, Sum
-from django.db.models.functions import TruncMinute
+from django.db.models import Count, F, QuerySet, Sum
 
 from jobs.models import Job, JobCount
+from project.pg_time import DateBin
 
 
 def job_status_counts() -> dict[str, int]:
@@ -49,21 +49,23 @@ def jobs_stuck(*, now: datetime) -> QuerySet[Job]:
     return Job.objects.filter(status=Job.Status.PROCESSING, lease_expires_at__lt=now)
 
 
-def jobs_finished_per_minute(*, since: datetime) -> dict[str, dict[datetime, int]]:
-    """Jobs completed and failed for good per minute since `since` (UTC minute starts).
+def jobs_finished_per_bucket(*, since: datetime, step: timedelta) -> dict[str, dict[datetime, int]]:
+    """Jobs completed and failed for good per bucket of width `step` since `since` (bucket
+    starts counted from the epoch in UTC: project.pg_time.DateBin).
 
     A retried attempt is not a failure here: only rows that reached `failed` (failed_at) count.
-    Completed rows older than JOBS_RETENTION_DAYS are pruned, which never reaches a 24 h window.
+    Completed rows older than JOBS_RETENTION_DAYS are pruned, which never reaches the 7-day
+    window of the health page's longest range at the default retention (14 days).
     """
     series: dict[str, dict[datetime, int]] = {}
     columns = ((Job.Status.COMPLETED, "completed_at"), (Job.Status.FAILED, "failed_at"))
     for status, column in columns:
         rows = (
             Job.objects.filter(status=status, **{f"{column}__gte": since})
-            .annotate(minute=TruncMinute(column))
-            .values("minute")
+            .annotate(bucket=DateBin(step, F(column)))
+            .values("bucket")
             .annotate(n=Count("id"))
-            .order_by("minute")
+            .order_by("bucket")
         )
-        series[status] = {row["minute"]: row["n"] for row in rows}
+        series[status] = {row["bucket"]: row["n"] for row in rows}
     return series

@@ -16,6 +16,7 @@ from inbound_email.models import InboundEmail, Reply
 from jobs.models import Job
 from notifications.models import EmailNotification, SendingState
 from ops.health import worker_health
+from ops.ranges import RANGES
 from processes.models import WorkerProcess
 from tests.support.leases import live_lease_count, make_lease, spare_slots
 
@@ -160,6 +161,49 @@ def test_the_page_lists_live_and_recently_gone_processes(admin_client, rows):
     assert by_label["live"].value == 1
     assert by_label["gone in the last hour"].value == 2
     assert by_label["gone in the last hour"].note == "1 fell silent (killed, host lost)"
+
+
+@pytest.mark.parametrize(
+    ("key", "bars", "per"),
+    [("1h", 60, "per minute"), ("24h", 48, "per 30 min"), ("7d", 56, "per 3 h")],
+)
+def test_each_range_draws_a_readable_number_of_bars_on_labelled_axes(admin_client, key, bars, per):
+    """Issue 20: one range, one bucket size that fits it (never 1,440 one-minute hairlines),
+    and a y axis that says what a bar counts."""
+    jobs_chart, mail_chart = worker_health(chart_range=RANGES[key]).charts
+    assert (jobs_chart.bars, mail_chart.bars) == (bars, bars)
+    assert (jobs_chart.y_label, mail_chart.y_label) == (f"jobs {per}", f"mails {per}")
+
+    page = admin_client.get(f"{HEALTH_URL}?range={key}").content.decode()
+    assert f">jobs {per}</text>" in page and f">mails {per}</text>" in page
+    assert page.count(">time (UTC)</text>") == 4  # two charts, each drawn wide and narrow
+    assert 'preserveAspectRatio="none"' not in page  # text is never stretched
+    selector = page[page.index('id="range-select"') :].split("</nav>")[0]
+    assert selector.count("<a ") == 3
+    current = selector.split('aria-current="page"')[0].rsplit("<a ", 1)[1]
+    assert f"range={key}" in current
+
+
+def test_the_ranges_count_what_they_cover(admin_client):
+    now = timezone.now()
+    for ago in (timedelta(minutes=5), timedelta(hours=3), timedelta(days=3)):
+        baker.make(Job, kind="k", status="completed", max_attempts=1, completed_at=now - ago)
+    totals = {
+        key: {s.name: s.total for s in worker_health(chart_range=r).charts[0].series}["completed"]
+        for key, r in RANGES.items()
+    }
+    assert totals == {"1h": 1, "24h": 2, "7d": 3}
+
+
+@pytest.mark.parametrize("value", ["5y", "<script>alert(1)</script>", "24h' OR 1=1"])
+def test_an_unknown_range_shows_the_default_and_says_so(admin_client, value):
+    """A hand-edited address is no server error: the page shows 24 h and names the value."""
+    response = admin_client.get(HEALTH_URL, {"range": value})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'id="range-notice"' in page and "showing the last 24 h" in page
+    assert "<script>alert(1)" not in page
+    assert ">jobs per 30 min</text>" in page
 
 
 def test_charts_count_the_last_24_hours(rows):

@@ -88,12 +88,16 @@ def test_staff_user_reads_worker_health_and_follows_the_tiles(
     assert page.locator("table.leases").inner_text().count("host-a:311") == 1
 
     # Both charts are drawn and have a real size on screen.
-    jobs_chart = page.locator("#jobs-chart svg")
+    jobs_chart = page.locator("#jobs-chart svg.wide")
     box = jobs_chart.bounding_box()
     assert box and box["width"] > 600 and box["height"] > 150
-    completed_line = page.locator('#jobs-chart polyline[data-series="completed"]')
-    assert len(completed_line.get_attribute("points").split()) == 24 * 60
-    assert page.locator("#mail-chart rect").count() > 0
+    assert not page.locator("#jobs-chart svg.narrow").is_visible()  # the wide one fits
+    # 48 half-hour bars (issue 20: not 1,440 one-minute hairlines), y axis labelled
+    assert page.locator("#jobs-chart").get_attribute("data-bars") == "48"
+    completed = page.locator('#jobs-chart svg.wide g[data-series="completed"] rect')
+    assert 0 < completed.count() <= 48
+    assert jobs_chart.locator("text.axis-label").first.text_content() == "jobs per 30 min"
+    assert page.locator("#mail-chart svg.wide rect").count() > 0
     assert "completed " in page.locator("#jobs-chart figcaption").inner_text()
     screenshot(page, "worker-health")
 
