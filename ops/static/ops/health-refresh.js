@@ -2,7 +2,8 @@
  * Worker health page (ops/templates/ops/worker_health.html): reload the figures in place
  * every N seconds (N = data-seconds of #health-refresh; 0 = never), and wait while a person
  * is reading or doing something on the page, so nothing moves under their eyes or cursor:
- * text selected, focus inside the page (a field, a link reached with the keyboard), a
+ * text selected, focus in a field (the admin's sidebar filter too) or anywhere inside the
+ * figures (a link reached with the keyboard), a
  * <details> section open, the pointer over a chart, a table or the tiles, or the tab hidden.
  *
  * It fetches the same address (range and refresh kept), takes #content-main from the answer
@@ -54,6 +55,7 @@
       return "selection";
     }
     var active = document.activeElement;
+    if (active && active.matches("input, select, textarea, [contenteditable]")) return "typing";
     if (active && active !== document.body && main.contains(active)) return "focus";
     if (main.querySelector("details[open]")) return "details";
     if (main.querySelector(".health-chart:hover, table:hover, .tiles:hover")) return "hover";
