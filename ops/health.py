@@ -23,6 +23,7 @@ from notifications.models import EmailNotification
 from notifications.selectors import OPEN as OPEN_NOTIFICATION_STATUSES
 from ops.charts import Chart, SeriesIn, bucket_floor, buckets, stacked_bar_chart
 from ops.durations import humanize_seconds
+from ops.job_hours import KindTable, kind_table
 from ops.ranges import DEFAULT_RANGE, RANGES, ChartRange
 from ops.status import BACKLOG_ALERT_SECONDS, WorkerStatus, worker_status
 from processes.models import WorkerProcess
@@ -60,6 +61,7 @@ class Health:
     generated_at: datetime | None = None
     paused_url: str = ""
     chart_range: ChartRange = RANGES[DEFAULT_RANGE]
+    kinds: KindTable | None = None
 
 
 def changelist(model: type, **params: str) -> str:
@@ -97,6 +99,7 @@ def worker_health(
             ),
         ),
     ]
+    health.kinds = kind_table(now=now, counts_by_kind=status.jobs_by_kind)
     health.charts = _charts(now, chart_range)
     return health
 

@@ -71,3 +71,36 @@ class MetricSeries(models.Model):
 
     def __str__(self) -> str:
         return f"{self.metric}{{{self.label}}}#{self.shard}={self.count}"
+
+
+class JobHour(models.Model):
+    """One shard of one job kind's figures for one UTC hour: attempts completed, failed for
+    good and retried (finished in that hour), with the histogram of their durations, and the
+    histogram of the queue waits of attempts started in that hour (start minus due time).
+
+    Kept by the row trigger of migration 0003 in the transaction of each claim and each end
+    of an attempt, like MetricSeries; unlike it, windowed: the health page's per-kind table
+    sums the last 24 rows' worth of hours (issue 20) with one indexed range read, whatever
+    the size of the jobs table. Bucket bounds are ops.job_hours.DURATION_BOUNDS and
+    WAIT_BOUNDS (changing them needs a new table). Rows older than JOB_HOURS_KEPT are pruned
+    hourly. `shard` is the writing backend's pid modulo 8 (fewer row-lock queues).
+    """
+
+    hour = models.DateTimeField()
+    kind = models.CharField(max_length=100)
+    shard = models.SmallIntegerField()
+    completed = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    retried = models.BigIntegerField(default=0)
+    durations = ArrayField(models.BigIntegerField(), default=list)
+    waits = ArrayField(models.BigIntegerField(), default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["hour", "kind", "shard"], name="ops_jobhour_hour_kind_shard"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.hour:%Y-%m-%d %H}h #{self.shard}"
