@@ -23,7 +23,7 @@ from notifications.models import EmailNotification
 from notifications.selectors import OPEN as OPEN_NOTIFICATION_STATUSES
 from ops.charts import Chart, SeriesIn, bucket_floor, buckets, stacked_bar_chart
 from ops.durations import humanize_seconds
-from ops.job_hours import KindTable, kind_table
+from ops.job_periods import PERIOD, KindTable, finished_per_bucket, kind_table
 from ops.ranges import DEFAULT_RANGE, RANGES, ChartRange
 from ops.status import BACKLOG_ALERT_SECONDS, WorkerStatus, worker_status
 from processes.models import WorkerProcess
@@ -222,7 +222,12 @@ def _charts(now: datetime, chart_range: ChartRange) -> list[Chart]:
         "tick_format": chart_range.tick_format,
         "bucket_format": chart_range.bucket_format,
     }
-    finished = jobs_finished_per_bucket(since=starts[0], step=step)
+    # 30-minute and 3-hour bars: the trigger-kept periods; 1-minute bars: the jobs table
+    # (an hour of rows, through its status index).
+    if step % PERIOD:
+        finished = jobs_finished_per_bucket(since=starts[0], step=step)
+    else:
+        finished = finished_per_bucket(since=starts[0], step=step)
     jobs_chart = stacked_bar_chart(
         title=f"Jobs finished, last {chart_range.label}",
         y_label=f"jobs {chart_range.per}",

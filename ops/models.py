@@ -73,20 +73,21 @@ class MetricSeries(models.Model):
         return f"{self.metric}{{{self.label}}}#{self.shard}={self.count}"
 
 
-class JobHour(models.Model):
-    """One shard of one job kind's figures for one UTC hour: attempts completed, failed for
-    good and retried (finished in that hour), with the histogram of their durations, and the
-    histogram of the queue waits of attempts started in that hour (start minus due time).
+class JobPeriod(models.Model):
+    """One shard of one job kind's figures for one 30-minute UTC period: attempts completed,
+    failed for good and retried (ended in that period), the histogram of their durations,
+    and the histogram of the queue waits of attempts started in it (start minus due time).
 
     Kept by the row trigger of migration 0003 in the transaction of each claim and each end
-    of an attempt, like MetricSeries; unlike it, windowed: the health page's per-kind table
-    sums the last 24 rows' worth of hours (issue 20) with one indexed range read, whatever
-    the size of the jobs table. Bucket bounds are ops.job_hours.DURATION_BOUNDS and
-    WAIT_BOUNDS (changing them needs a new table). Rows older than JOB_HOURS_KEPT are pruned
-    hourly. `shard` is the writing backend's pid modulo 8 (fewer row-lock queues).
+    of an attempt, like MetricSeries; unlike it, windowed, so the health page reads its 24 h
+    per-kind table and its 24 h and 7 d jobs charts from at most periods × kinds × 8 rows
+    through the (start, kind, shard) index, whatever the size of the jobs table (issue 20).
+    Bucket bounds are ops.job_periods.DURATION_BOUNDS and WAIT_BOUNDS (changing them needs a
+    new table). Rows older than JOB_PERIODS_KEPT are pruned hourly. `shard` is the writing
+    backend's pid modulo 8 (fewer row-lock queues between workers).
     """
 
-    hour = models.DateTimeField()
+    start = models.DateTimeField()
     kind = models.CharField(max_length=100)
     shard = models.SmallIntegerField()
     completed = models.BigIntegerField(default=0)
@@ -98,9 +99,9 @@ class JobHour(models.Model):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=["hour", "kind", "shard"], name="ops_jobhour_hour_kind_shard"
+                fields=["start", "kind", "shard"], name="ops_jobperiod_start_kind_shard"
             )
         ]
 
     def __str__(self) -> str:
-        return f"{self.kind} {self.hour:%Y-%m-%d %H}h #{self.shard}"
+        return f"{self.kind} {self.start:%Y-%m-%d %H:%M} #{self.shard}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from ops.job_hours import job_hours_prune
+from ops.job_periods import job_periods_prune
 from ops.task_history import task_history_prune
 
 
@@ -14,6 +14,6 @@ def prune_task_history() -> int:
     return task_history_prune()
 
 
-def prune_job_hours() -> int:
-    """Delete the health page's hourly per-kind rows older than 8 days; return how many."""
-    return job_hours_prune(now=timezone.now())
+def prune_job_periods() -> int:
+    """Delete the health page's per-kind 30-minute rows older than 8 days; return how many."""
+    return job_periods_prune(now=timezone.now())

@@ -14,7 +14,7 @@ from model_bakery import baker
 
 from inbound_email.models import InboundEmail
 from jobs.models import Job, JobAttempt, PausedKind
-from ops.models import JobHour
+from ops.models import JobPeriod
 from processes.models import WorkerProcess
 from tests.support.browser import PASSWORD, log_in
 
@@ -81,8 +81,8 @@ def console(django_user_model) -> dict[str, str]:
         ),
         last_error="Traceback (most recent call last):\n  File y\nRuntimeError: boom",
     )
-    JobHour.objects.create(  # the per-kind table, with a long kind name
-        hour=now,
+    JobPeriod.objects.create(  # the per-kind table, with a long kind name
+        start=now,
         kind="reports.render_the_quarterly_statistics_for_the_board_of_trustees",
         shard=0,
         completed=1234,

@@ -18,6 +18,7 @@ from notifications.models import EmailNotification, SendingState
 from ops.health import worker_health
 from ops.ranges import RANGES
 from processes.models import WorkerProcess
+from tests.support.finished_jobs import finish_jobs
 from tests.support.leases import live_lease_count, make_lease, spare_slots
 
 pytestmark = pytest.mark.django_db
@@ -37,8 +38,10 @@ def rows() -> None:
     job(status="queued", run_after=now + timedelta(hours=1))  # queued, not due
     job(status="processing", lease_expires_at=now - timedelta(minutes=1))  # stuck
     job(status="processing", lease_expires_at=now + timedelta(minutes=1))  # healthy
-    job(status="completed", completed_at=now - timedelta(minutes=3))
-    job(status="failed", failed_at=now - timedelta(minutes=2))
+    finish_jobs(
+        "report.render",
+        [(now - timedelta(minutes=3), "completed"), (now - timedelta(minutes=2), "failed")],
+    )
     job(status="cancelled", cancelled_at=now)
 
     def mail(key: str, status: str) -> InboundEmail:
@@ -186,8 +189,8 @@ def test_each_range_draws_a_readable_number_of_bars_on_labelled_axes(admin_clien
 
 def test_the_ranges_count_what_they_cover(admin_client):
     now = timezone.now()
-    for ago in (timedelta(minutes=5), timedelta(hours=3), timedelta(days=3)):
-        baker.make(Job, kind="k", status="completed", max_attempts=1, completed_at=now - ago)
+    ago = (timedelta(minutes=5), timedelta(hours=3), timedelta(days=3))
+    finish_jobs("k", [(now - a, "completed") for a in ago])
     totals = {
         key: {s.name: s.total for s in worker_health(chart_range=r).charts[0].series}["completed"]
         for key, r in RANGES.items()

@@ -13,6 +13,7 @@ from inbound_email.models import InboundEmail
 from jobs.models import Job
 from notifications.models import EmailNotification
 from tests.support.browser import log_in, make_staff
+from tests.support.finished_jobs import finish_jobs
 from tests.support.leases import make_lease, spare_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,17 +32,13 @@ def busy_day() -> dict[str, Job]:
     """A day of traffic: jobs finishing every hour (a few failing), mail each hour, and one of
     each thing that needs an operator."""
     now = timezone.now()
-    jobs = []
+    ends = []
     for hour in range(24):
         for i in range(hour % 5 + 1):
-            at = now - timedelta(hours=hour, minutes=7 * i + 1)
-            jobs.append(
-                Job(kind="report.render", status="completed", max_attempts=5, completed_at=at)
-            )
+            ends.append((now - timedelta(hours=hour, minutes=7 * i + 1), "completed"))
         if hour % 6 == 2:
-            at = now - timedelta(hours=hour, minutes=3)
-            jobs.append(Job(kind="report.render", status="failed", max_attempts=5, failed_at=at))
-    Job.objects.bulk_create(jobs)
+            ends.append((now - timedelta(hours=hour, minutes=3), "failed"))
+    finish_jobs("report.render", ends)
     stuck = baker.make(
         Job,
         kind="mail.relay",

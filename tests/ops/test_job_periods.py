@@ -1,6 +1,6 @@
 """The per-kind table of the health page (issue 20): queued and running now; completed,
-failed, p95 duration and p95 queue wait over the last 24 hours, from the trigger-kept hourly
-rows (ops.models.JobHour), whichever code path or producer moved the job."""
+failed, p95 duration and p95 queue wait over the last 24 hours, from the trigger-kept 30-minute
+rows (ops.models.JobPeriod), whichever code path or producer moved the job."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from django.utils import timezone
 from jobs import enqueue, run_pending
 from jobs.models import Job
 from jobs.selectors import job_counts_by_kind
-from ops.job_hours import (
+from ops.job_periods import (
     DURATION_BOUNDS,
     WAIT_BOUNDS,
-    job_hours_prune,
+    job_periods_prune,
     kind_table,
     p95_bound,
     p95_words,
 )
-from ops.models import JobHour
+from ops.models import JobPeriod
 
 pytestmark = pytest.mark.django_db
 
@@ -69,8 +69,8 @@ def test_each_kind_counts_24_hours_and_reads_p95_duration_and_wait():
     _attempt("mail.relay", wait=0.2, took=2, end="failed")
     _attempt("mail.relay", wait=0.2, took=2, end="retried")
     Job.objects.create(kind="mail.relay", max_attempts=5)  # queued now
-    JobHour.objects.create(  # an hour past the window is not summed
-        hour=timezone.now() - timedelta(hours=30), kind="report.render", shard=0, completed=99,
+    JobPeriod.objects.create(  # a period past the window is not summed
+        start=timezone.now() - timedelta(hours=30), kind="report.render", shard=0, completed=99,
         durations=[0] * (len(DURATION_BOUNDS) + 1), waits=[0] * (len(WAIT_BOUNDS) + 1),
     )  # fmt: skip
 
@@ -109,12 +109,12 @@ def test_the_runner_fills_the_table_and_a_released_claim_is_no_attempt():
     assert table["demo.greet"].p95_wait != "—"
 
 
-def test_old_hours_are_pruned():
+def test_old_periods_are_pruned():
     now = timezone.now()
     for days in (9, 1):
-        JobHour.objects.create(hour=now - timedelta(days=days), kind="k", shard=0)
-    assert job_hours_prune(now=now) == 1
-    assert JobHour.objects.count() == 1
+        JobPeriod.objects.create(start=now - timedelta(days=days), kind="k", shard=0)
+    assert job_periods_prune(now=now) == 1
+    assert JobPeriod.objects.count() == 1
 
 
 def test_the_health_page_shows_the_table(admin_client):
