@@ -47,12 +47,15 @@ def inbound_received_per_bucket(
     *, since: datetime, step: timedelta
 ) -> dict[str, dict[datetime, int]]:
     """Mail received per bucket of width `step` since `since` (bucket starts counted from the
-    epoch in UTC: project.pg_time.DateBin), by the status each row has now."""
+    epoch in UTC: project.pg_time.DateBin), by the status each row has now.
+
+    Only the known statuses (the chart draws those): naming them lets a (status, created_at)
+    index answer alone; Count("*") needs no column from the heap."""
     rows = (
-        InboundEmail.objects.filter(created_at__gte=since)
+        InboundEmail.objects.filter(status__in=InboundEmail.Status.values, created_at__gte=since)
         .annotate(bucket=DateBin(step, F("created_at")))
         .values("bucket", "status")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("*"))
         .order_by("bucket", "status")
     )
     series: dict[str, dict[datetime, int]] = {}

@@ -65,7 +65,7 @@ def jobs_finished_per_bucket(*, since: datetime, step: timedelta) -> dict[str, d
         Job.objects.filter(finished)
         .annotate(bucket=DateBin(step, ended))
         .values("status", "bucket")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("*"))
         .order_by("status", "bucket")
     )
     series: dict[str, dict[datetime, int]] = {Job.Status.COMPLETED: {}, Job.Status.FAILED: {}}
