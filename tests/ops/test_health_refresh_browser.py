@@ -47,14 +47,14 @@ def _completed_tile(page) -> str:
 def test_the_page_refreshes_itself_while_nobody_interacts(health, screenshot):
     page = health
     assert _completed_tile(page) == "0"
-    generated = page.locator("#content-main").get_attribute("data-generated")
+    generated = page.locator("#read-at").get_attribute("data-generated")
     baker.make(
         Job, kind="report.render", status="completed", max_attempts=1, completed_at=timezone.now()
     )
 
     _wait_for(page, "healthRefreshes", 1)
 
-    assert page.locator("#content-main").get_attribute("data-generated") != generated
+    assert page.locator("#read-at").get_attribute("data-generated") != generated
     assert _completed_tile(page) == "1"  # the new figure, without a reload
     assert page.url.endswith(URL)  # same address: range and interval kept
     assert page.locator("#content-main").count() == 1
@@ -80,13 +80,13 @@ def test_the_page_waits_while_a_person_interacts(health, screenshot, interaction
     else:
         page.locator("#jobs-chart svg.wide").hover()
     refreshes = _count(page, "healthRefreshes")
-    generated = page.locator("#content-main").get_attribute("data-generated")
+    generated = page.locator("#read-at").get_attribute("data-generated")
     checks = _count(page, "healthPausedChecks")
 
     _wait_for(page, "healthPausedChecks", checks + 4)  # it looked four times, found them busy
 
     assert _count(page, "healthRefreshes") == refreshes
-    assert page.locator("#content-main").get_attribute("data-generated") == generated
+    assert page.locator("#read-at").get_attribute("data-generated") == generated
     assert page.locator("#health-refresh").get_attribute("data-state") == "paused"
     screenshot(page, "paused")
 
@@ -101,7 +101,7 @@ def test_the_page_waits_while_a_person_interacts(health, screenshot, interaction
     else:
         page.mouse.move(1, 1)
     _wait_for(page, "healthRefreshes", refreshes + 1)
-    assert page.locator("#content-main").get_attribute("data-generated") != generated
+    assert page.locator("#read-at").get_attribute("data-generated") != generated
 
 
 def test_refresh_can_be_turned_off_and_range_links_keep_the_interval(health):
