@@ -25,7 +25,10 @@ BEGIN
     IF OLD.status = 'queued' AND NEW.status = 'processing' THEN
         at := coalesce(NEW.started_at, clock_timestamp());
         v := greatest(coalesce(extract(epoch FROM at - OLD.run_after), 0), 0);
-        idx := 1 + (SELECT count(*) FROM unnest(wait_bounds) AS b WHERE b < v);
+        idx := array_length(wait_bounds, 1) + 1;  -- +Inf unless a bound holds it (le)
+        FOR i IN 1 .. array_length(wait_bounds, 1) LOOP
+            IF v <= wait_bounds[i] THEN idx := i; EXIT; END IF;
+        END LOOP;
         w[idx] := 1;
         INSERT INTO ops_jobperiod AS h (start, kind, shard, completed, failed, retried, durations, waits)
         VALUES (date_bin('30 minutes', at, timestamptz 'epoch'), left(NEW.kind, 100),
@@ -36,7 +39,10 @@ BEGIN
     ELSIF OLD.status = 'processing' AND NEW.status IN ('completed', 'queued', 'failed') THEN
         at := coalesce(NEW.completed_at, NEW.failed_at, clock_timestamp());
         v := greatest(coalesce(extract(epoch FROM at - OLD.started_at), 0), 0);
-        idx := 1 + (SELECT count(*) FROM unnest(dur_bounds) AS b WHERE b < v);
+        idx := array_length(dur_bounds, 1) + 1;
+        FOR i IN 1 .. array_length(dur_bounds, 1) LOOP
+            IF v <= dur_bounds[i] THEN idx := i; EXIT; END IF;
+        END LOOP;
         d[idx] := 1;
         c := (NEW.status = 'completed')::int;
         f := (NEW.status = 'failed')::int;
