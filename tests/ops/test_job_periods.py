@@ -128,3 +128,10 @@ def test_the_health_page_shows_the_table(admin_client):
     cells = [c.split(">", 1)[1] for c in row.split("<td")[1:]]
     texts = [c.split("<", 1)[0] for c in cells]
     assert texts == ["report.render", "1", "0", "3", "1", "≤ 0.5 s", "≤ 15 s"]
+
+
+def test_a_value_on_a_bound_counts_in_that_bucket():
+    """le semantics, as /metrics' histograms: 0.5 s lands in "≤ 0.5 s", 1 s in "≤ 1 s"."""
+    _attempt("edge.kind", wait=1, took=0.5)
+    edge = _table()["edge.kind"]
+    assert (edge.p95_duration, edge.p95_wait) == ("≤ 0.5 s", "≤ 1 s")
