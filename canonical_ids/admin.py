@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.utils import timezone
+from django.db.models import BooleanField, ExpressionWrapper, Q
+from django.db.models.functions import Now
 
 from canonical_ids.models import Message, WriterSlotLease
 from canonical_ids.selectors import leases_live
@@ -31,9 +32,17 @@ class WriterSlotLeaseAdmin(ReadOnlyAdmin):
     list_filter = ("role", LeaseHealthFilter)
     search_fields = ("holder_host", "=holder_pid")
 
+    def get_queryset(self, request):
+        # Live is judged by the database's clock (issue 22): this host's may be minutes off.
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(live=ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField()))
+        )
+
     @admin.display(boolean=True, description="live")
     def is_live(self, obj: WriterSlotLease) -> bool:
-        return obj.expires_at is not None and obj.expires_at > timezone.now()
+        return bool(obj.live)
 
 
 @admin.register(Message)

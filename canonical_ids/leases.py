@@ -3,8 +3,8 @@
 A lease must never roll back with the caller's transaction (a record_message inside a job's
 `atomic()` that later fails would otherwise leave this process minting in a slot the
 database calls free), and django-q2 closes Django's connections before each task. So every
-lease operation opens a short-lived connection, runs one self-contained statement in
-autocommit, and closes it. Correctness comes from the database: the pool claim is one
+lease operation opens a short-lived connection, runs its statements as one short
+transaction of their own, and closes it. Correctness comes from the database: the pool claim is one
 `UPDATE ... WHERE slot = (SELECT ... FOR UPDATE SKIP LOCKED)` judged by the database clock.
 """
 
@@ -67,15 +67,25 @@ def database_key() -> tuple:
 
 @contextmanager
 def lease_connection() -> Iterator[BaseDatabaseWrapper]:
-    """A fresh autocommit connection to the default database, closed afterwards."""
+    """A fresh connection to the default database, whose statements form one transaction
+    (committed when the block ends, rolled back if it raises), closed afterwards.
+
+    The timeouts are `SET LOCAL`: they end with the transaction. A session-level `SET` stays
+    on the server connection, and behind PgBouncer in transaction pooling the next client of
+    that server connection (a sweep, a migration) would inherit it (issue 22)."""
     default = connections[DEFAULT_DB_ALIAS]
     conn = default.__class__(copy.deepcopy(default.settings_dict), alias=LEASE_ALIAS)
     try:
         conn.ensure_connection()
+        conn.set_autocommit(False)
         with conn.cursor() as cursor:
-            cursor.execute(f"SET lock_timeout = {LOCK_TIMEOUT_MS}")
-            cursor.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+            cursor.execute(
+                "SELECT set_config('lock_timeout', %s, true), "
+                "set_config('statement_timeout', %s, true)",
+                [str(LOCK_TIMEOUT_MS), str(STATEMENT_TIMEOUT_MS)],
+            )
         yield conn
+        conn.commit()
     finally:
         conn.close()
 

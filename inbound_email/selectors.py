@@ -18,7 +18,8 @@ RELAY_STUCK_AFTER = timedelta(hours=24)
 
 def inbound_status_counts() -> dict[str, int]:
     """Ledger rows per status, only the statuses that have rows, in name order."""
-    rows = InboundEmail.objects.values("status").annotate(n=Count("id")).order_by("status")
+    # Count("*"), not Count("id"): the count is read from a (status, ...) index alone.
+    rows = InboundEmail.objects.values("status").annotate(n=Count("*")).order_by("status")
     return {row["status"]: row["n"] for row in rows}
 
 

@@ -28,6 +28,7 @@ class Config:
     backoff_jitter: float  # fraction of the delay added at random
     default_max_attempts: int
     claim_batch_size: int  # rows per claim statement
+    claim_max_bytes: int  # stored payload bytes per claim statement (at least one row)
     retention_days: float  # completed rows older than this are pruned
     extra_handler_modules: tuple[str, ...]  # imported besides every <app>.handlers
     drain_seconds: float  # how long one woken/scheduled drain may claim new batches
@@ -77,6 +78,7 @@ def get_config() -> Config:
         backoff_jitter=_number("JOBS_BACKOFF_JITTER", 0.25),
         default_max_attempts=_count("JOBS_DEFAULT_MAX_ATTEMPTS", 5),
         claim_batch_size=_count("JOBS_CLAIM_BATCH_SIZE", 20),
+        claim_max_bytes=_count("JOBS_CLAIM_MAX_BYTES", 4 * 1024 * 1024),
         retention_days=_number("JOBS_RETENTION_DAYS", 14),
         extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),

@@ -48,6 +48,18 @@ class Job(models.Model):
     failed_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    # Which error group a failed row is in (jobs.error_groups): the md5 of its kind, exception
+    # class and normalised message, written by the database's trigger (migration 0008) whenever
+    # a row is failed or a failed row's kind or error changes, whoever writes it; never by
+    # Python. Meaningful only while status is failed (a retried row keeps a stale one).
+    error_group = models.CharField(
+        max_length=32,
+        blank=True,
+        db_default="",
+        editable=False,
+        help_text="While failed: md5 of kind, exception class and normalised message "
+        "(set by the database, migration 0008).",
+    )
 
     class Meta:
         indexes = [
@@ -66,6 +78,19 @@ class Job(models.Model):
             ),
             # Serves pruning and the admin's per-status counts.
             models.Index(fields=["status", "completed_at"], name="jobs_job_status_done_idx"),
+            # The error groups page (GROUP BY error_group: count, first and last seen, one
+            # row's id) and a group's jobs, from the index alone; partial, so only failed rows
+            # pay for it (issue 20, bench/console.py).
+            models.Index(
+                fields=["error_group", "failed_at"],
+                include=["id"],
+                name="jobs_job_error_group_idx",
+                condition=Q(status="failed"),
+            ),
+            # The health page's failures per minute (failed_at over the last 24 h).
+            models.Index(
+                fields=["failed_at"], name="jobs_job_failed_at_idx", condition=Q(status="failed")
+            ),
         ]
         constraints = [
             models.CheckConstraint(

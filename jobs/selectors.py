@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db.models import Case, Count, F, Q, QuerySet, Sum, When
+from django.db.models import Case, Count, F, Q, QuerySet, Subquery, Sum, When
 
 from jobs.models import Job, JobCount
 from project.pg_time import DateBin
@@ -39,8 +39,13 @@ def jobs_due(*, now: datetime) -> QuerySet[Job]:
 
 
 def job_oldest_due(*, now: datetime) -> Job | None:
-    """The due row that has waited longest (only id, kind, run_after loaded), or None."""
-    return jobs_due(now=now).order_by("run_after", "id").only("id", "kind", "run_after").first()
+    """The due row that has waited longest (only id, kind, run_after loaded), or None.
+
+    One query, the row found by a subquery that reads only the claim index (run_after, id),
+    then loaded by its key: ordering the due rows themselves fetched every one from the heap
+    for its kind (~90 ms with 10,000 due rows, bench/console.py)."""
+    oldest = jobs_due(now=now).order_by("run_after", "id").values("pk")[:1]
+    return Job.objects.filter(pk=Subquery(oldest)).only("id", "kind", "run_after").first()
 
 
 def jobs_stuck(*, now: datetime) -> QuerySet[Job]:

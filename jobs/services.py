@@ -118,7 +118,8 @@ def _claim(*, worker: str, limit: int) -> tuple[list[ClaimedJob], bool]:
     LOCKED) RETURNING`, so concurrent workers never wait for or take each other's rows. Due,
     started_at and the lease are the database's clock."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_CLAIM_SQL, [limit, get_config().lease_seconds, worker])
+        config = get_config()
+        cursor.execute(_CLAIM_SQL, [limit, config.claim_max_bytes, config.lease_seconds, worker])
         rows = cursor.fetchall()
     rows.sort(key=lambda row: (-row[5], row[6], row[0]))
     jobs = [
@@ -133,27 +134,40 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-# Served by the partial index jobs_job_claim_idx (status = 'queued').
+# Served by the partial index jobs_job_claim_idx (status = 'queued'). `due` locks up to the
+# count; `claim` keeps, in claim order, the rows whose stored payloads (`pg_column_size`)
+# add up to at most JOBS_CLAIM_MAX_BYTES, and always the first (a job larger than the bound
+# still runs, alone). The rows left out stay queued; their locks end with this statement's
+# transaction. (A window function cannot share a SELECT with FOR UPDATE, hence two steps.)
 _CLAIM_SQL = f"""
 WITH due AS (
-    SELECT id FROM {Job._meta.db_table}
+    SELECT id, priority, run_after, pg_column_size(payload) AS size
+    FROM {Job._meta.db_table}
     WHERE status = '{Status.QUEUED}' AND run_after <= clock_timestamp()
       AND attempts < max_attempts
       AND kind NOT IN (SELECT kind FROM jobs_pausedkind)  -- issue 20: paused kinds
     ORDER BY priority DESC, run_after, id
     LIMIT %s
     FOR UPDATE SKIP LOCKED
+), claim AS (
+    SELECT id FROM (
+        SELECT id,
+            row_number() OVER w AS n,
+            sum(size) OVER (w ROWS UNBOUNDED PRECEDING) AS bytes
+        FROM due WINDOW w AS (ORDER BY priority DESC, run_after, id)
+    ) AS running
+    WHERE n = 1 OR bytes <= %s
 )
 UPDATE {Job._meta.db_table} AS j
 SET status = '{Status.PROCESSING}', attempts = j.attempts + 1, started_at = clock_timestamp(),
     heartbeat_at = clock_timestamp(),
     lease_expires_at = clock_timestamp() + make_interval(secs => %s), locked_by = %s
-FROM due WHERE j.id = due.id
+FROM claim WHERE j.id = claim.id
 RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run_after,
     EXISTS (
         SELECT 1 FROM {Job._meta.db_table} AS other
         WHERE other.status = '{Status.QUEUED}' AND other.run_after <= clock_timestamp()
-          AND other.attempts < other.max_attempts AND other.id NOT IN (SELECT id FROM due)
+          AND other.attempts < other.max_attempts AND other.id NOT IN (SELECT id FROM claim)
           AND other.kind NOT IN (SELECT kind FROM jobs_pausedkind)
     ) AS more_due
 """

@@ -43,6 +43,7 @@ class Config:
     retry_max_seconds: int
     claim_timeout_seconds: int
     sweep_batch_size: int  # users per batch
+    sweep_lease_seconds: float  # a sweep's lease; its holder renews it every quarter of it
     send_rate: float  # mails per second for all processes; 0: SES's MaxSendRate
     send_quota_refresh_seconds: int  # how long GetSendQuota's answer is trusted
     send_pause_seconds: int  # a daily-quota pause lasts this long before SES is asked again
@@ -142,6 +143,7 @@ def get_config() -> Config:
         # 0 is allowed here (tests: every claim over budget); the environment asks for >= 60.
         claim_timeout_seconds=_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=0),
         sweep_batch_size=_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1),
+        sweep_lease_seconds=_float("NOTIFICATION_SWEEP_LEASE_SECONDS", 30, minimum=1),
         send_rate=_float("NOTIFICATION_SEND_RATE", 0, minimum=0),
         send_quota_refresh_seconds=_int("NOTIFICATION_SEND_QUOTA_REFRESH_SECONDS", 600, minimum=0),
         send_pause_seconds=_int("NOTIFICATION_SEND_PAUSE_SECONDS", 900, minimum=0),

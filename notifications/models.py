@@ -304,3 +304,23 @@ class UnsubscribeRevocation(models.Model):
 
     def __str__(self) -> str:
         return f"revoked unsubscribe link of notification {self.notification_id}"
+
+
+class SweepLease(models.Model):
+    """Which worker runs a cycle of a sweep now: one row per sweep kind (issue 22).
+
+    A lease on the database's clock, not a session advisory lock: behind PgBouncer in
+    transaction pooling a session lock is taken on one server connection and released on
+    whichever serves the client next (or shared by every client of that server connection),
+    and a host's clock may be minutes off. Taken while `expires_at` has passed, renewed by the
+    holder while its cycle runs, deleted when it ends; a holder that died stops renewing and
+    its lease expires after NOTIFICATION_SWEEP_LEASE_SECONDS (notifications/sweep_lease.py).
+    """
+
+    kind = models.CharField(max_length=32, primary_key=True)
+    holder = models.CharField(max_length=255, help_text="host:pid:token of the running cycle")
+    acquired_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.kind} sweep lease ({self.holder})"

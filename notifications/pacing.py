@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce, Greatest
-from django.utils import timezone
+from django.db.models import BooleanField, ExpressionWrapper, F, Q, Value
+from django.db.models.functions import Coalesce, Greatest, Now
 
 from notifications.conf import get_config
 from notifications.models import SendingState
@@ -97,14 +96,14 @@ def _ask_quota(sender: EmailSender) -> SendQuota | None:
 
 
 def record_quota(quota: SendQuota) -> None:
-    """Keep SES's figures for every process (stamped with the real time: they are fresh for
-    NOTIFICATION_SEND_QUOTA_REFRESH_SECONDS)."""
+    """Keep SES's figures for every process (stamped with the database's time, which every
+    host shares: they are fresh for NOTIFICATION_SEND_QUOTA_REFRESH_SECONDS)."""
     _state()
     SendingState.objects.filter(pk=1).update(
         max_send_rate=quota.max_send_rate,
         max_24_hour_send=quota.max_24_hour_send,
         sent_last_24_hours=quota.sent_last_24_hours,
-        quota_checked_at=timezone.now(),
+        quota_checked_at=Now(),
     )
 
 
@@ -160,11 +159,14 @@ class Pacer:
     def _account_rate(self, refresh_seconds: int) -> float | None:
         if getattr(self._sender, "send_quota", None) is None:
             return None
-        now = timezone.now()
-        state = _state()
-        fresh = state.quota_checked_at is not None and state.quota_checked_at > now - timedelta(
-            seconds=refresh_seconds
-        )
+        # Fresh is judged by the database's clock, as the figures were stamped (issue 22).
+        state, _ = SendingState.objects.annotate(
+            quota_fresh=ExpressionWrapper(
+                Q(quota_checked_at__gt=Now() - timedelta(seconds=refresh_seconds)),
+                output_field=BooleanField(),
+            )
+        ).get_or_create(pk=1)
+        fresh = bool(getattr(state, "quota_fresh", False))
         if fresh and state.max_send_rate:
             return state.max_send_rate
         quota = _ask_quota(self._sender)

@@ -15,14 +15,13 @@ Each sweep walks its candidate users in batches. Per batch:
 
 Call a sweep outside any transaction (the claims must commit before the mail leaves).
 Planning and claiming is in sweep_plan.py, delivery in sweep_delivery.py; this module runs
-the cycle (lock, reconcile, batches, summary).
+the cycle (lease, reconcile, batches, summary).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -31,7 +30,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from notifications import selectors, sending
+from notifications import selectors, sending, sweep_lease
 from notifications.conf import get_config
 from notifications.emails import Delivery
 from notifications.models import EmailNotification
@@ -67,6 +66,7 @@ class SweepSummary:
     held: int = 0  # mails waiting `pending` for a sending pause (daily quota) to end
     suppressed: int = 0  # rows recorded `suppressed` (address on the suppression list)
     busy: bool = False  # another worker was running this sweep: this cycle did nothing
+    lease_lost: bool = False  # the lease expired and another worker took over mid-cycle
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
@@ -74,43 +74,33 @@ class SweepSummary:
 
 
 @contextmanager
-def _sweep_lock(kind: str) -> Iterator[tuple[bool, datetime]]:
-    """One cycle of a sweep at a time across all workers (a PostgreSQL advisory lock).
+def _sweep_lease(kind: str) -> Iterator[tuple[datetime | None, Callable[[], bool]]]:
+    """One cycle of a sweep at a time across all workers (notifications/sweep_lease.py).
 
     django-q2 enqueues a schedule again when its interval passes even if the last run is
     still going; two runs of one sweep would only collide on the unique constraints (and log
-    an error per user), so the second simply yields. Yields whether the lock was taken and
-    the database's time, read by the same statement: the sweep's clock (a host's may be
-    minutes off, and claims and expiries are compared by every host).
+    an error per user), so the second simply yields. Yields the database's time when the
+    lease was taken (None: another worker holds it), the sweep's clock (a host's may be
+    minutes off, and claims and expiries are compared by every host), and whether the lease
+    was lost meanwhile. Inside a transaction (a test's) the lease row is not visible to the
+    keeper's connection until commit, so nothing renews it there.
     """
-    key = zlib.crc32(f"notifications.sweep.{kind}".encode())
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT pg_try_advisory_lock(%s), pg_backend_pid(), clock_timestamp()", [key]
-        )
-        acquired, session, db_time = cursor.fetchone()
-    try:
-        yield acquired, db_time
-    finally:
-        if acquired:
-            _sweep_unlock(kind, key, session)
-
-
-def _sweep_unlock(kind: str, key: int, session: int) -> None:
-    """Release the lock on the session that took it. If that session died (server restart,
-    `pg_terminate_backend`), the lock died with it and Django may already have opened a new
-    session, which does not hold it: nothing to release, and unlocking there would only
-    warn. The sweep itself ended with the lost connection (see `_run_locked`)."""
-    current = connection.connection
-    if current is None or current.closed or current.info.backend_pid != session:
-        logger.warning(
-            "%s sweep: its database session ended; the advisory lock went with it",
-            kind,
-            extra={"action": "notification_sweep_lock_lost", "sweep": kind},
-        )
+    seconds = get_config().sweep_lease_seconds
+    holder = sweep_lease.new_holder()
+    db_time = sweep_lease.sweep_lease_acquire(kind=kind, holder=holder, seconds=seconds)
+    if db_time is None:
+        yield None, lambda: False
         return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+    keeper = None
+    if not connection.in_atomic_block:
+        keeper = sweep_lease.LeaseKeeper(kind=kind, holder=holder, seconds=seconds)
+        keeper.start()
+    try:
+        yield db_time, (keeper.lost.is_set if keeper else lambda: False)
+    finally:
+        if keeper is not None:
+            keeper.stop()
+        sweep_lease.sweep_lease_release(kind=kind, holder=holder)
 
 
 def run_sweep(
@@ -127,8 +117,8 @@ def run_sweep(
     sender = sender or get_sender()
     batch_size = batch_size or get_config().sweep_batch_size
     summary = SweepSummary(sweep=kind)
-    with _sweep_lock(kind) as (acquired, db_time):
-        if not acquired:
+    with _sweep_lease(kind) as (db_time, lease_lost):
+        if db_time is None:
             summary.busy = True
             logger.info(
                 "%s sweep: another worker is running it; skipping this cycle",
@@ -136,11 +126,16 @@ def run_sweep(
                 extra={"action": "notification_sweep_busy", "sweep": kind},
             )
             return summary
-        return _run_locked(kind, Clock(now or db_time), sender, batch_size, summary)
+        return _run_locked(kind, Clock(now or db_time), sender, batch_size, summary, lease_lost)
 
 
 def _run_locked(
-    kind: str, clock: Clock, sender: EmailSender, batch_size: int, summary: SweepSummary
+    kind: str,
+    clock: Clock,
+    sender: EmailSender,
+    batch_size: int,
+    summary: SweepSummary,
+    lease_lost: Callable[[], bool],
 ) -> SweepSummary:
     started = time.monotonic()
     pacer = Pacer(sender)
@@ -171,8 +166,8 @@ def _run_locked(
                 except Exception as exc:  # noqa: BLE001 - one user's failure must not stop the sweep: rolled back to the savepoint, logged, the batch carries on
                     if connection_lost(exc):
                         # Not this user's failure: the batch's transaction (every claim in
-                        # it) and the sweep's lock died with the session. End the cycle;
-                        # nothing planned in this batch may be delivered.
+                        # it) died with the session. End the cycle (the lease is released on
+                        # a fresh connection); nothing planned in this batch may be delivered.
                         raise
                     summary.errors += 1
                     logger.exception(
@@ -197,6 +192,9 @@ def _run_locked(
         # The claims are committed: only now may mail leave (I12).
         deliver_batch(deliveries, sender, clock, summary, claimed_since=claimed_since, pacer=pacer)
         if len(users) < batch_size:
+            break
+        if lease_lost():  # another worker runs this sweep now: it takes the rest
+            summary.lease_lost = True
             break
     summary.seconds = round(time.monotonic() - started, 3)
     logger.info(

@@ -12,7 +12,6 @@ from datetime import datetime
 from urllib.parse import urlencode
 
 from django.urls import reverse
-from django.utils import timezone
 
 from canonical_ids.models import WriterSlotLease
 from inbound_email.models import InboundEmail, Reply
@@ -74,8 +73,8 @@ def changelist(model: type, **params: str) -> str:
 def worker_health(
     *, now: datetime | None = None, chart_range: ChartRange = RANGES[DEFAULT_RANGE]
 ) -> Health:
-    now = now or timezone.now()
     status = worker_status(now=now)
+    now = status.now  # by default the database's time, read with the status (one clock)
     health = Health(
         status=status,
         generated_at=now,

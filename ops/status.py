@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.utils import timezone
 
 from canonical_ids.selectors import leases_live
 from inbound_email.models import InboundEmail
@@ -87,8 +86,11 @@ class WorkerStatus:
 
 
 def worker_status(*, now: datetime | None = None) -> WorkerStatus:
-    now = now or timezone.now()
-    status = WorkerStatus(now=now, database=database_info())
+    """The operator's view; every "stuck", "live" and "due" is judged at `now`, by default
+    the database's time (several hosts look, and a host's clock may be minutes off)."""
+    database, db_time = _database_and_time()
+    now = now or db_time
+    status = WorkerStatus(now=now, database=database)
     _jobs(status, now)
     _inbound(status, now)
     _notifications(status, now)
@@ -142,18 +144,23 @@ def _processes() -> list[dict[str, Any]]:
 def database_info() -> dict[str, Any]:
     """Which database this process uses: engine, server version, where (no password), and
     whether it is the embedded server under WORKER_VAR_DIR/pg."""
+    return _database_and_time()[0]
+
+
+def _database_and_time() -> tuple[dict[str, Any], datetime]:
+    """database_info() and the database's clock, read by one statement."""
     params = connection.settings_dict
     host = params.get("HOST") or "localhost"
     where = host if host.startswith("/") else f"{host}:{params.get('PORT') or 5432}"
     with connection.cursor() as cursor:
-        cursor.execute("SHOW server_version")
-        version = cursor.fetchone()[0]
+        cursor.execute("SELECT current_setting('server_version'), clock_timestamp()")
+        version, db_time = cursor.fetchone()
     return {
         "engine": connection.vendor,
         "server_version": version,
         "embedded": get_config().db_is_embedded,
         "where": f"{where}/{params['NAME']}",
-    }
+    }, db_time
 
 
 def _jobs(status: WorkerStatus, now: datetime) -> None:

@@ -2,8 +2,9 @@
 
 A beat must neither roll back with the caller's transaction nor depend on a Django
 connection django-q2 closes before each task, and a long-lived socket would be inherited by
-a forked child. So, as canonical_ids.leases does, every statement opens a fresh autocommit
-connection to the default database and closes it. Every time is the database's `now()`.
+a forked child. So, as canonical_ids.leases does, every statement opens a fresh connection
+to the default database, runs as one short transaction, and closes it. Every time is the
+database's `now()`.
 """
 
 from __future__ import annotations
@@ -42,13 +43,22 @@ def software_version() -> str:
 
 @contextmanager
 def own_connection() -> Iterator[BaseDatabaseWrapper]:
+    """A fresh connection whose statements form one transaction, committed at the end.
+
+    The timeout is `SET LOCAL`, so it ends with the transaction: a session-level `SET` would
+    stay on the server connection behind PgBouncer in transaction pooling, and its next
+    client would inherit it (issue 22)."""
     default = connections[DEFAULT_DB_ALIAS]
     conn = default.__class__(copy.deepcopy(default.settings_dict), alias=ALIAS)
     try:
         conn.ensure_connection()
+        conn.set_autocommit(False)
         with conn.cursor() as cursor:
-            cursor.execute(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
+            cursor.execute(
+                "SELECT set_config('statement_timeout', %s, true)", [str(STATEMENT_TIMEOUT_MS)]
+            )
         yield conn
+        conn.commit()
     finally:
         conn.close()
 

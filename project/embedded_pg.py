@@ -265,6 +265,19 @@ def _system_user() -> tuple[int, int]:
     return entry.pw_uid, entry.pw_gid
 
 
+def ensure_system_dir(folder: Path) -> None:
+    """Our own folder for the server's data and binaries, passable by the server's user.
+
+    mkdir's mode is masked by the umask, and run-worker starts under `umask 077`: the folder
+    came out 0700, closed to the unprivileged user the server runs as, and every start stopped
+    on it. It is the project's folder (its data folders inside stay 0700), so it is set 0755
+    whether new or left closed by such a start; folders above it are never changed.
+    """
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    if stat.S_IMODE(folder.stat().st_mode) != 0o755:
+        folder.chmod(0o755)
+
+
 def _check_reachable(path: Path, uid: int, gid: int) -> None:
     """Every folder above `path` must let the server's user through; none is ever opened."""
     for folder in reversed(path.parents):
@@ -327,7 +340,7 @@ def _prepare(pgdata: Path, install: Path) -> _Server:
         server = _Server(data=pgdata, bin=install / "bin", uid=None, gid=None)
     else:
         uid, gid = _system_user()
-        SYSTEM_DIR.mkdir(mode=0o755, parents=True, exist_ok=True)
+        ensure_system_dir(SYSTEM_DIR)
         _check_reachable(SYSTEM_DIR / "x", uid, gid)
         if pgdata.is_symlink():
             data = pgdata.resolve()

@@ -126,6 +126,12 @@ for _option, _value in {
     "keepalives_count": 3,
 }.items():
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault(_option, _value)
+# Nothing relies on session state across transactions, so DATABASE_URL may point at PgBouncer
+# in transaction pooling (issue 22): no server-side cursors (`.iterator()` would DECLARE one
+# WITH HOLD and FETCH from it in later transactions, maybe on another server connection), and
+# no prepared statements (Django's default for psycopg 3: prepare_threshold None; PgBouncer
+# before 1.21 cannot keep them). Our code reads nothing big enough to need a server cursor.
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 # The wake-up listener's own direct connection (behind PgBouncer in transaction pooling,
 # LISTEN must not go through the pooler); empty: the default database's parameters.
 LISTEN_DATABASE_URL = env_str("LISTEN_DATABASE_URL", "")
@@ -243,6 +249,8 @@ JOBS_BACKOFF_JITTER = env_float("JOBS_BACKOFF_JITTER", 0.25, minimum=0)  # fract
 JOBS_DEFAULT_MAX_ATTEMPTS = env_int("JOBS_DEFAULT_MAX_ATTEMPTS", 5, minimum=1)
 JOBS_LISTENER_PING_SECONDS = env_float("JOBS_LISTENER_PING_SECONDS", 15.0, minimum=0.1)
 JOBS_CLAIM_BATCH_SIZE = env_int("JOBS_CLAIM_BATCH_SIZE", 20, minimum=1)  # rows per claim query
+# ...and at most this many stored payload bytes per claim (always at least one job).
+JOBS_CLAIM_MAX_BYTES = env_int("JOBS_CLAIM_MAX_BYTES", 4 * 1024 * 1024, minimum=1)
 JOBS_RETENTION_DAYS = env_float("JOBS_RETENTION_DAYS", 14, minimum=0)  # completed rows kept
 JOBS_EXTRA_HANDLER_MODULES = env_list("JOBS_EXTRA_HANDLER_MODULES", [])  # besides <app>.handlers
 JOBS_DRAIN_SECONDS = env_float(  # seconds one scheduled/woken drain may claim new batches
@@ -359,6 +367,9 @@ NOTIFICATION_RETRY_MAX_SECONDS = env_int("NOTIFICATION_RETRY_MAX_SECONDS", 3600,
 # A row left `sending` longer than this (seconds) is a crashed claim and goes back to pending.
 NOTIFICATION_CLAIM_TIMEOUT_SECONDS = env_int("NOTIFICATION_CLAIM_TIMEOUT_SECONDS", 900, minimum=60)
 NOTIFICATION_SWEEP_BATCH_SIZE = env_int("NOTIFICATION_SWEEP_BATCH_SIZE", 500, minimum=1)  # users
+# One cycle of a sweep at a time: its lease (seconds, database clock), renewed every quarter of
+# it while the cycle runs; a worker that died holding it lets the next cycle run after this.
+NOTIFICATION_SWEEP_LEASE_SECONDS = env_float("NOTIFICATION_SWEEP_LEASE_SECONDS", 30, minimum=1)
 # Pacing (notifications/pacing.py): mails per second for all worker processes together; 0 = the
 # account's MaxSendRate from SES GetSendQuota (re-read every ..._QUOTA_REFRESH_SECONDS).
 NOTIFICATION_SEND_RATE = env_float("NOTIFICATION_SEND_RATE", 0, minimum=0)

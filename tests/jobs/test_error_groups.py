@@ -8,11 +8,12 @@ from datetime import timedelta
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 from model_bakery import baker
 
-from jobs.error_groups import job_error_groups
+from jobs.error_groups import job_error_groups, jobs_in_error_group
 from jobs.models import Job
 
 pytestmark = pytest.mark.django_db
@@ -102,3 +103,100 @@ def test_retry_all_needs_the_change_permission(client, django_user_model, failur
     key = job_error_groups()[0].key
     assert client.post(reverse("admin:jobs_job_error_group_retry", args=[key])).status_code == 403
     assert Job.objects.filter(status="failed").count() == 5
+
+
+def _group_of(job_id: int):
+    """The group (from job_error_groups) whose link lists this job."""
+    for group in job_error_groups():
+        if job_id in set(jobs_in_error_group(group.key).values_list("pk", flat=True)):
+            return group
+    return None
+
+
+def test_rows_failed_by_plain_sql_are_grouped_whatever_key_they_claim():
+    """Another producer's rows are hostile input: a row inserted failed, a row updated to
+    failed, and one that writes its own `error_group`, are each grouped by their real kind,
+    class and message (the stored key is the database's, not the writer's)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, "
+            "locked_by, last_error, failed_at) VALUES ('mail.send', '{}', 'failed', 0, 1, 1, "
+            "'', E'TimeoutError: upstream took 31 s\\nTraceback ...', now()) RETURNING id"
+        )
+        inserted = cursor.fetchone()[0]
+        cursor.execute(
+            "INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, "
+            "locked_by, last_error) VALUES ('mail.send', '{}', 'queued', 0, 0, 1, '', '') "
+            "RETURNING id"
+        )
+        updated = cursor.fetchone()[0]
+        cursor.execute(
+            "UPDATE jobs_job SET status = 'failed', failed_at = now(), "
+            "last_error = 'TimeoutError: upstream took 90 s' WHERE id = %s",
+            [updated],
+        )
+        cursor.execute(
+            "INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, "
+            "locked_by, last_error, failed_at, error_group) VALUES ('mail.send', '{}', "
+            "'failed', 0, 1, 1, '', 'TimeoutError: upstream took 2 s', now(), %s) RETURNING id",
+            ["f" * 32],
+        )
+        forged = cursor.fetchone()[0]
+        cursor.execute("UPDATE jobs_job SET error_group = 'forged' WHERE id = %s", [inserted])
+    (group,) = job_error_groups()
+    assert (group.kind, group.exception, group.message, group.count) == (
+        "mail.send",
+        "TimeoutError",
+        "upstream took N s",
+        3,
+    )
+    assert set(jobs_in_error_group(group.key).values_list("pk", flat=True)) == {
+        inserted,
+        updated,
+        forged,
+    }
+
+
+def test_a_failed_rows_group_follows_its_kind_and_error_when_rewritten(failures):
+    """The key is recomputed when a failed row's kind or error changes (plain SQL included),
+    and when a retried job fails again with another error."""
+    moved = failures["not_found"][0]
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE jobs_job SET kind = 'mail.send' WHERE id = %s", [moved.pk])
+    assert _group_of(moved.pk).kind == "mail.send"
+    assert _group_of(moved.pk).count == 2  # with the other kind's ValueError
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE jobs_job SET last_error = 'KeyError: ''total''' WHERE id = %s", [moved.pk]
+        )
+    assert (_group_of(moved.pk).exception, _group_of(moved.pk).kind) == ("KeyError", "mail.send")
+
+    again = failures["key"][0]
+    Job.objects.filter(pk=again.pk).update(status="queued", failed_at=None)
+    assert _group_of(again.pk) is None  # not failed: in no group
+    Job.objects.filter(pk=again.pk).update(
+        status="failed", failed_at=timezone.now(), last_error="RuntimeError: boom 7"
+    )
+    assert (_group_of(again.pk).exception, _group_of(again.pk).message) == (
+        "RuntimeError",
+        "boom N",
+    )
+
+
+def test_the_key_of_an_error_with_control_and_multibyte_text_is_stored():
+    """Hostile text in last_error (a separator byte, 4-byte characters, a huge first line)
+    still fails the job and groups it: the key is fixed-width, so no index row is too big."""
+    huge = "Ошибка\x1f" + "😀" * 5000 + ": " + "ü" * 100_000
+    job = baker.make(
+        Job,
+        kind="k" * 100,
+        status=Job.Status.FAILED,
+        max_attempts=1,
+        attempts=1,
+        failed_at=timezone.now(),
+        last_error=huge,
+    )
+    (group,) = job_error_groups()
+    assert group.count == 1 and len(group.key) == 32
+    assert set(jobs_in_error_group(group.key).values_list("pk", flat=True)) == {job.pk}

@@ -70,7 +70,7 @@ def test_idle_sweep_reads_in_batches_only(make_pi):
         make_pi()
     sweep_new_proposals()
     queries, summary = _queries(sweep_new_proposals, batch_size=2)
-    # advisory lock + unlock, reconcile (2 UPDATEs), the sending-pause read before the batch
+    # lease taken + given back, reconcile (2 UPDATEs), the sending-pause read before the batch
     # (issue 23), one empty batch read (in the batch's SAVEPOINT/RELEASE here, as the test
     # runs in a transaction)
     assert summary.users == 0 and queries == 8

@@ -15,10 +15,11 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from notifications.models import EmailNotification
+from notifications.models import EmailNotification, SweepLease
 from notifications.senders.ses import SesEmailSender
 from notifications.sending import notification_reconcile_stale_claims
 from notifications.sweeps import sweep_new_proposals, sweep_proposal_reviews
+from project.db_clock import db_now
 from tests.support import processes
 
 Status = EmailNotification.Status
@@ -104,7 +105,8 @@ def _silent_endpoint() -> socket.socket:
 @pytest.mark.django_db(transaction=True)
 def test_crash_between_claim_and_ses_is_reconciled_without_losing_the_mail(make_pi, ses, settings):
     """V4: a worker killed (-9) while SES holds the call leaves the row `sending`; the next
-    cycle after the claim timeout hands it back and sends it once."""
+    cycle after the claim timeout hands it back and sends it once. (The killed worker's sweep
+    lease runs out first: a second of it here, NOTIFICATION_SWEEP_LEASE_SECONDS.)"""
     pi = make_pi()
     listener = _silent_endpoint()
     env = processes.child_env(
@@ -113,6 +115,7 @@ def test_crash_between_claim_and_ses_is_reconciled_without_losing_the_mail(make_
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_DEFAULT_REGION="us-east-1",
+        NOTIFICATION_SWEEP_LEASE_SECONDS="1",
     )
     child = processes.spawn_manage_py("run_sweeps", "--once", "--sweep", "new_proposal", env=env)
     try:
@@ -140,9 +143,15 @@ def test_crash_between_claim_and_ses_is_reconciled_without_losing_the_mail(make_
     row = EmailNotification.objects.get(user=pi)
     assert row.status == Status.SENDING and row.ses_message_id == ""
     claimed_at = row.claimed_at
+    processes.wait_until(
+        lambda: not SweepLease.objects.filter(expires_at__gt=db_now()).exists(),
+        "the killed worker's sweep lease to run out",
+        timeout=30,
+    )
 
     # Within the timeout the claim belongs to the (possibly slow) worker: left alone.
-    assert sweep_new_proposals(now=claimed_at + timedelta(seconds=10)).sent == 0
+    summary = sweep_new_proposals(now=claimed_at + timedelta(seconds=10))
+    assert not summary.busy and summary.sent == 0
     assert EmailNotification.objects.get(pk=row.pk).status == Status.SENDING
 
     timeout = timedelta(seconds=settings.NOTIFICATION_CLAIM_TIMEOUT_SECONDS + 1)

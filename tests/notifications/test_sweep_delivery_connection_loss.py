@@ -1,9 +1,9 @@
-"""A sweep whose database connection dies mid-batch (issue 11): the sweeps' lock session.
+"""A sweep whose database connection dies mid-batch (issue 11).
 
-The sweep plans a batch of users in one transaction (a savepoint each) and holds its
-advisory lock on the same session. When that session dies, the batch's claims are gone with
-it: nothing planned in it may be delivered, the lock went with the session, and the next
-cycle (on a fresh connection) sends every mail once.
+The sweep plans a batch of users in one transaction (a savepoint each). When that session
+dies, the batch's claims are gone with it: nothing planned in it may be delivered, the
+sweep's lease is given back on a fresh connection (issue 22: a lease row, no longer a
+session advisory lock), and the next cycle sends every mail once.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 from django.db import OperationalError, connection
 
-from notifications.models import EmailNotification
+from notifications.models import EmailNotification, SweepLease
 from notifications.sweeps import sweep_new_proposals
-from tests.support.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,8 +59,6 @@ def test_a_lost_connection_mid_batch_delivers_nothing_of_the_batch_then_sends_on
     first, second, third = make_pi(), make_pi(), make_pi()
     install_fault(_KILL_ON_INSERT, second.email)
 
-    sweep_session = _backend_pid()  # the sweep runs on this session and locks on it
-
     with pytest.raises(OperationalError):
         sweep_new_proposals()
 
@@ -70,12 +67,7 @@ def test_a_lost_connection_mid_batch_delivers_nothing_of_the_batch_then_sends_on
     with connection.cursor() as cursor:
         cursor.execute("DROP TRIGGER test_kill_session ON notifications_emailnotification")
         cursor.execute("DROP FUNCTION test_kill_session()")
-    # The client hears FATAL before the dying backend has exited and let go of its locks.
-    wait_until(
-        lambda: _advisory_locks(pids=[sweep_session, _backend_pid()]) == 0,
-        "the lock to go with the session",
-        timeout=30,
-    )
+    assert not SweepLease.objects.exists()
 
     summary = sweep_new_proposals()
 
@@ -120,22 +112,3 @@ def test_a_connection_lost_while_recording_a_send_is_recorded_after_reconnecting
     assert sorted(sent.values_list("ses_message_id", flat=True)) == sorted(
         message.id for message in ses.messages
     )
-
-
-def _backend_pid() -> int:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        return cursor.fetchone()[0]
-
-
-def _advisory_locks(*, pids: list[int]) -> int:
-    """Advisory locks held in this test's database by this test's sessions (`pids`): not
-    the whole server's, which other tests and runs on the same PostgreSQL may hold."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-            "AND pid = ANY(%s)",
-            [pids],
-        )
-        return cursor.fetchone()[0]

@@ -5,15 +5,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import zlib
 
 import psycopg
 import pytest
 from django.db import IntegrityError, connection
 
-from notifications.models import EmailNotification
+from notifications.models import EmailNotification, SweepLease
+from notifications.sweep_lease import sweep_lease_acquire
 from notifications.sweeps import sweep_new_proposals
+from project.db_clock import db_now
 from tests.support import processes
+from tests.support.held_sender import HeldSender, SweepInThread
 
 Status = EmailNotification.Status
 
@@ -88,22 +90,54 @@ def test_integrity_error_for_one_user_does_not_abort_the_sweep(make_pi, ses, cap
 
 @pytest.mark.django_db(transaction=True)
 def test_a_sweep_already_running_elsewhere_is_not_run_twice(make_pi):
-    """django-q2 re-enqueues a schedule even while its last run is still going."""
-    make_pi()
-    key = zlib.crc32(b"notifications.sweep.new_proposal")
-    with psycopg.connect(processes.test_database_url(), autocommit=True) as other_worker:
-        other_worker.execute("SELECT pg_advisory_lock(%s)", (key,))
-        other_pid = other_worker.info.backend_pid
-        summary = sweep_new_proposals()
-        assert summary.busy and summary.users == 0
-        assert not EmailNotification.objects.exists()
-    # Closing the socket returns before the server process has exited and let go of its
-    # locks; a worker that died is only gone once its backend is.
-    processes.wait_until(lambda: not _backend_alive(other_pid), "the other session's backend")
-    assert sweep_new_proposals().sent == 1  # the lock went with the other session
+    """django-q2 re-enqueues a schedule even while its last run is still going. Another
+    worker's cycle is caught mid-delivery (its lease held): this one does nothing."""
+    first = make_pi()
+    other = SweepInThread("new_proposal", HeldSender())
+    other.start()
+    assert other.sender.sending.wait(timeout=30)
+
+    summary = sweep_new_proposals(sender=HeldSender())
+    assert summary.busy and summary.users == 0 and summary.sent == 0
+
+    assert other.finish().sent == 1
+    assert other.sender.recipients == [first.email]
+    second = make_pi()  # the lease went back with the other cycle's end: the next one runs
+    released = HeldSender()
+    released.release.set()
+    assert sweep_new_proposals(sender=released).sent == 1
+    assert released.recipients == [second.email]
 
 
-def _backend_alive(pid: int) -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = %s)", [pid])
-        return cursor.fetchone()[0]
+@pytest.mark.django_db(transaction=True)
+def test_a_dead_holders_sweep_runs_again_once_its_lease_expires(make_pi, settings):
+    """A worker that took the lease and died never renews it nor gives it back: its lease
+    runs out on the database's clock, and the next cycle runs."""
+    settings.NOTIFICATION_SWEEP_LEASE_SECONDS = 1
+    user = make_pi()
+    died = threading.Thread(
+        target=_take_the_lease_and_die, args=("new_proposal", "dead-host:1:feedc0ffee")
+    )
+    died.start()
+    died.join()
+    sender = HeldSender()
+    sender.release.set()
+
+    assert sweep_new_proposals(sender=sender).busy  # its lease is still live
+    processes.wait_until(_lease_expired, "the dead holder's lease to expire", timeout=30)
+    summary = sweep_new_proposals(sender=sender)
+
+    assert not summary.busy and summary.sent == 1
+    assert sender.recipients == [user.email]
+    assert not SweepLease.objects.exists()  # given back at the end of the cycle
+
+
+def _take_the_lease_and_die(kind: str, holder: str) -> None:
+    try:
+        assert sweep_lease_acquire(kind=kind, holder=holder, seconds=1) is not None
+    finally:
+        connection.close()
+
+
+def _lease_expired() -> bool:
+    return SweepLease.objects.filter(expires_at__lte=db_now()).exists()

@@ -249,3 +249,48 @@ def test_a_dead_user_does_not_count(pgdata: Path, processes: list[subprocess.Pop
     killed.wait(timeout=10)
 
     assert embedded_pg._update_users(pgdata) == [live.pid]
+
+
+def _start_under_umask_077(var_dir: Path) -> subprocess.CompletedProcess:
+    """As scripts/run-worker starts it: `umask 077` (var/ private), then embedded_pg start."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DATABASE_URL")}
+    env["WORKER_VAR_DIR"] = str(var_dir)
+    return subprocess.run(
+        ["sh", "-c", 'umask 077 && exec "$0" -m project.embedded_pg start', sys.executable],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_its_system_folder_is_made_passable_whatever_the_umask(tmp_path):
+    """The folder the server's data and binaries live in as root is made 0755 even under
+    `umask 077` (run-worker's): a first start made it 0700, closed to the server's own user,
+    and every later start stopped on it."""
+    folder = tmp_path / "proposal-worker-pg"
+    old = os.umask(0o077)
+    try:
+        embedded_pg.ensure_system_dir(folder)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the system folder is used as root only")
+def test_a_start_as_root_under_umask_077_mends_the_system_folder_an_earlier_start_closed(home):
+    """The same machine after such a first start: the folder exists, 0700. It is the
+    project's own folder, so a start opens it (0755) instead of stopping on it."""
+    system_dir = embedded_pg.SYSTEM_DIR
+    system_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+    system_dir.chmod(0o700)
+    try:
+        started = _start_under_umask_077(home / "var")
+        assert started.returncode == 0, started.stderr
+        assert stat.S_IMODE(system_dir.stat().st_mode) == 0o755
+        with _connect(home / "var") as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        system_dir.chmod(0o755)

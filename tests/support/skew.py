@@ -29,3 +29,14 @@ def skewed_env(env: dict[str, str], seconds: int) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join(filter(None, [str(SITE), env.get("PYTHONPATH", "")])),
         "FAKETIME_NO_CACHE": "1",
     }
+
+
+def skew_this_process(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """This process's wall clock (Django's `timezone.now`) `seconds` ahead of the database's,
+    as a web or worker host whose clock is off sees it; the database's clock is untouched."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + timedelta(seconds=seconds))
