@@ -44,7 +44,7 @@ def fill(jobs: int, mails: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE jobs_job, jobs_jobattempt, jobs_jobcount, inbound_email_reply, "
-            "inbound_email_inboundemail, ops_metricseries CASCADE"
+            "inbound_email_inboundemail, ops_metricseries, ops_jobperiod CASCADE"
         )
         # Row triggers off while filling (their per-row work is what a live system spreads
         # over weeks); the counts they keep are written once below.
@@ -110,8 +110,18 @@ def fill(jobs: int, mails: int) -> None:
             "INSERT INTO jobs_jobcount (kind, status, shard, n) "
             "SELECT kind, status, 0, count(*) FROM jobs_job GROUP BY kind, status"
         )
+        # The health page's per-kind periods at their most: every kind, 30-minute period and
+        # shard of the 8 days kept (ops.job_periods.JOB_PERIODS_KEPT).
+        cursor.execute(
+            "INSERT INTO ops_jobperiod (start, kind, shard, completed, failed, retried, "
+            "durations, waits) SELECT p, 'bench.k' || k, s, 10, 1, 1, "
+            "array_fill(1::bigint, ARRAY[13]), array_fill(1::bigint, ARRAY[12]) "
+            "FROM generate_series(date_trunc('hour', now()) - interval '8 days', "
+            "date_trunc('hour', now()), interval '30 minutes') AS p, "
+            "generate_series(0, 6) AS k, generate_series(0, 7) AS s"
+        )
         # A steady state: autovacuum has set the visibility map, so index-only scans work.
-        for table in ("jobs_job", "jobs_jobattempt", "inbound_email_inboundemail"):
+        for table in ("jobs_job", "jobs_jobattempt", "inbound_email_inboundemail", "ops_jobperiod"):
             cursor.execute(f"VACUUM ANALYZE {table}")
 
 
@@ -125,6 +135,8 @@ def pages() -> dict[str, str]:
     mails = reverse("admin:inbound_email_inboundemail_changelist")
     return {
         "health page": "/admin/worker-health/",
+        "health page: 1 h": "/admin/worker-health/?range=1h",
+        "health page: 7 d": "/admin/worker-health/?range=7d",
         "jobs list": jobs,
         "jobs list: failed": jobs + "?status__exact=failed",
         "jobs list: stuck": jobs + "?health=stuck",

@@ -264,7 +264,7 @@ class ReplyAdmin(ReadOnlyAdmin):
         "rating",
         "relay_status",
         "relay_attempts",
-        "needs_operator",
+        "needs_operator_text",
         "operator_acknowledged_at",
         "created_at",
     )
@@ -280,6 +280,12 @@ class ReplyAdmin(ReadOnlyAdmin):
     def has_operate_permission(self, request: HttpRequest) -> bool:
         """Acknowledging changes state: it needs the model's change permission."""
         return request.user.has_perm("inbound_email.change_reply")
+
+    @admin.display(description="needs operator", ordering="needs_operator")
+    def needs_operator_text(self, obj: Reply) -> str:
+        """Plain "yes"/"no": the admin's boolean icons draw a red cross for False, and a reply
+        that needs no operator is the normal case, not an error (issue 20)."""
+        return "yes" if obj.needs_operator else "no"
 
     @admin.action(description="Acknowledge (handled by an operator)", permissions=["operate"])
     def acknowledge(self, request: HttpRequest, queryset) -> None:

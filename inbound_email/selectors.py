@@ -7,9 +7,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.db.models import Count, F, Func, IntegerField, Min, QuerySet
-from django.db.models.functions import TruncHour
 
 from inbound_email.models import InboundEmail, Reply
+from project.pg_time import DateBin
 
 # A mail awaiting its instruction relay this long means the relay is stuck (the retries spent
 # their budget long before, or the relay jobs do not run).
@@ -44,21 +44,24 @@ def replies_needing_operator() -> QuerySet[Reply]:
     return Reply.objects.filter(needs_operator=True, operator_acknowledged_at__isnull=True)
 
 
-def inbound_received_per_hour(*, since: datetime) -> dict[str, dict[datetime, int]]:
-    """Mail received per hour since `since` (UTC hour starts), by the status each row has now.
+def inbound_received_per_bucket(
+    *, since: datetime, step: timedelta
+) -> dict[str, dict[datetime, int]]:
+    """Mail received per bucket of width `step` since `since` (bucket starts counted from the
+    epoch in UTC: project.pg_time.DateBin), by the status each row has now.
 
-    Only the known statuses (the chart draws those): naming them lets the (status, created_at)
-    index answer alone, where a scan of the ledger cost ~45 ms at 100,000 mails."""
+    Only the known statuses (the chart draws those): naming them lets a (status, created_at)
+    index answer alone; Count("*") needs no column from the heap."""
     rows = (
         InboundEmail.objects.filter(status__in=InboundEmail.Status.values, created_at__gte=since)
-        .annotate(hour=TruncHour("created_at"))
-        .values("hour", "status")
+        .annotate(bucket=DateBin(step, F("created_at")))
+        .values("bucket", "status")
         .annotate(n=Count("*"))
-        .order_by("hour", "status")
+        .order_by("bucket", "status")
     )
     series: dict[str, dict[datetime, int]] = {}
     for row in rows:
-        series.setdefault(row["status"], {})[row["hour"]] = row["n"]
+        series.setdefault(row["status"], {})[row["bucket"]] = row["n"]
     return series
 
 

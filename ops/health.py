@@ -8,24 +8,25 @@ a selector; every tile links to the admin changelist filtered to exactly the row
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from urllib.parse import urlencode
 
 from django.urls import reverse
 
 from canonical_ids.models import WriterSlotLease
 from inbound_email.models import InboundEmail, Reply
-from inbound_email.selectors import inbound_quarantine_oldest, inbound_received_per_hour
+from inbound_email.selectors import inbound_quarantine_oldest, inbound_received_per_bucket
 from jobs.models import Job, PausedKind
-from jobs.selectors import jobs_due, jobs_finished_per_minute
+from jobs.selectors import jobs_due, jobs_finished_per_bucket
 from notifications.models import EmailNotification
 from notifications.selectors import OPEN as OPEN_NOTIFICATION_STATUSES
-from ops.charts import Chart, SeriesIn, buckets, line_chart, stacked_bar_chart
+from ops.charts import Chart, SeriesIn, bucket_floor, buckets, stacked_bar_chart
+from ops.durations import humanize_seconds
+from ops.job_periods import PERIOD, KindTable, finished_per_bucket, kind_table
+from ops.ranges import DEFAULT_RANGE, RANGES, ChartRange
 from ops.status import BACKLOG_ALERT_SECONDS, WorkerStatus, worker_status
 from processes.models import WorkerProcess
 
-CHART_WINDOW = timedelta(hours=24)
-MINUTE, HOUR = timedelta(minutes=1), timedelta(hours=1)
 MAIL_COLORS = {
     InboundEmail.Status.PROCESSED: "#2e7d32",
     InboundEmail.Status.AWAITING_RELAY: "#1565c0",
@@ -58,6 +59,8 @@ class Health:
     charts: list[Chart] = field(default_factory=list)
     generated_at: datetime | None = None
     paused_url: str = ""
+    chart_range: ChartRange = RANGES[DEFAULT_RANGE]
+    kinds: KindTable | None = None
 
 
 def changelist(model: type, **params: str) -> str:
@@ -67,10 +70,17 @@ def changelist(model: type, **params: str) -> str:
     return f"{url}?{urlencode(params)}" if params else url
 
 
-def worker_health(*, now: datetime | None = None) -> Health:
+def worker_health(
+    *, now: datetime | None = None, chart_range: ChartRange = RANGES[DEFAULT_RANGE]
+) -> Health:
     status = worker_status(now=now)
     now = status.now  # by default the database's time, read with the status (one clock)
-    health = Health(status=status, generated_at=now, paused_url=changelist(PausedKind))
+    health = Health(
+        status=status,
+        generated_at=now,
+        paused_url=changelist(PausedKind),
+        chart_range=chart_range,
+    )
     health.sections = [
         _processes_section(status),
         _jobs_section(status, now),
@@ -88,7 +98,8 @@ def worker_health(*, now: datetime | None = None) -> Health:
             ),
         ),
     ]
-    health.charts = _charts(now)
+    health.kinds = kind_table(now=now, counts_by_kind=status.jobs_by_kind)
+    health.charts = _charts(now, chart_range)
     return health
 
 
@@ -130,7 +141,7 @@ def _jobs_section(status: WorkerStatus, now: datetime) -> Section:
             jobs_due(now=now).count(),
             changelist(Job, health="due"),
             alert=waited > BACKLOG_ALERT_SECONDS,
-            note=f"oldest waiting {waited:.0f} s" if oldest else "",
+            note=f"oldest waiting {humanize_seconds(waited)}" if oldest else "",
         ),
         Tile(
             "stuck past their lease",
@@ -153,7 +164,7 @@ def _mail_section(status: WorkerStatus, now: datetime) -> Section:
             alert=value == InboundEmail.Status.QUARANTINED and bool(by_status.get(value)),
             # Quarantined mail is kept until an operator acts (never pruned): its age shows.
             note=(
-                f"oldest {_age(now - oldest_quarantined)}"
+                f"oldest {humanize_seconds(now - oldest_quarantined)}"
                 if value == InboundEmail.Status.QUARANTINED and oldest_quarantined
                 else ""
             ),
@@ -177,18 +188,6 @@ def _mail_section(status: WorkerStatus, now: datetime) -> Section:
     return Section("Inbound mail", tuple(tiles))
 
 
-def _age(age: timedelta) -> str:
-    """ "3 d 4 h", "5 h 12 min", "7 min": how long a mail has waited for an operator."""
-    minutes = max(int(age.total_seconds() // 60), 0)
-    days, rest = divmod(minutes, 24 * 60)
-    hours, minutes = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h"
-    if hours:
-        return f"{hours} h {minutes} min"
-    return f"{minutes} min"
-
-
 def _notifications_section(status: WorkerStatus) -> Section:
     by_status = status.notifications_by_status
     tiles = [
@@ -210,29 +209,41 @@ def _notifications_section(status: WorkerStatus) -> Section:
     return Section("Notifications", tuple(tiles))
 
 
-def _charts(now: datetime) -> list[Chart]:
-    minute = now.replace(second=0, microsecond=0)
-    minutes = buckets(end=minute, step=MINUTE, count=CHART_WINDOW // MINUTE)
-    finished = jobs_finished_per_minute(since=minutes[0])
-    jobs_chart = line_chart(
-        title="Jobs finished per minute, last 24 h (UTC)",
-        starts=minutes,
+def _charts(now: datetime, chart_range: ChartRange) -> list[Chart]:
+    """Jobs finished and mail received over the range, one bar per bucket (issue 20: 60, 48
+    or 56 bars, never 1,440 hairlines), the y axis naming what a bar counts."""
+    step = chart_range.step
+    starts = buckets(end=bucket_floor(now, step), step=step, count=chart_range.bars)
+    common = {
+        "starts": starts,
+        "tick_every": chart_range.tick_every,
+        "narrow_tick_every": chart_range.narrow_tick_every,
+        "tick_format": chart_range.tick_format,
+        "bucket_format": chart_range.bucket_format,
+    }
+    # 30-minute and 3-hour bars: the trigger-kept periods; 1-minute bars: the jobs table
+    # (an hour of rows, through its status index).
+    if step % PERIOD:
+        finished = jobs_finished_per_bucket(since=starts[0], step=step)
+    else:
+        finished = finished_per_bucket(since=starts[0], step=step)
+    jobs_chart = stacked_bar_chart(
+        title=f"Jobs finished, last {chart_range.label}",
+        y_label=f"jobs {chart_range.per}",
         series=[
             SeriesIn("completed", "#2e7d32", finished[Job.Status.COMPLETED]),
             SeriesIn("failed", "#c62828", finished[Job.Status.FAILED]),
         ],
-        tick_every=timedelta(hours=3),
+        **common,
     )
-    hour = minute.replace(minute=0)
-    hours = buckets(end=hour, step=HOUR, count=CHART_WINDOW // HOUR)
-    received = inbound_received_per_hour(since=hours[0])
+    received = inbound_received_per_bucket(since=starts[0], step=step)
     mail_chart = stacked_bar_chart(
-        title="Mail received per hour, last 24 h (UTC), by status now",
-        starts=hours,
+        title=f"Mail received, last {chart_range.label}, by status now",
+        y_label=f"mails {chart_range.per}",
         series=[
             SeriesIn(InboundEmail.Status(value).label, color, received.get(value, {}))
             for value, color in MAIL_COLORS.items()
         ],
-        tick_every=timedelta(hours=3),
+        **common,
     )
     return [jobs_chart, mail_chart]

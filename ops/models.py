@@ -71,3 +71,37 @@ class MetricSeries(models.Model):
 
     def __str__(self) -> str:
         return f"{self.metric}{{{self.label}}}#{self.shard}={self.count}"
+
+
+class JobPeriod(models.Model):
+    """One shard of one job kind's figures for one 30-minute UTC period: attempts completed,
+    failed for good and retried (ended in that period), the histogram of their durations,
+    and the histogram of the queue waits of attempts started in it (start minus due time).
+
+    Kept by the row trigger of migration 0003 in the transaction of each claim and each end
+    of an attempt, like MetricSeries; unlike it, windowed, so the health page reads its 24 h
+    per-kind table and its 24 h and 7 d jobs charts from at most periods × kinds × 8 rows
+    through the (start, kind, shard) index, whatever the size of the jobs table (issue 20).
+    Bucket bounds are ops.job_periods.DURATION_BOUNDS and WAIT_BOUNDS (changing them needs a
+    new table). Rows older than JOB_PERIODS_KEPT are pruned hourly. `shard` is the writing
+    backend's pid modulo 8 (fewer row-lock queues between workers).
+    """
+
+    start = models.DateTimeField()
+    kind = models.CharField(max_length=100)
+    shard = models.SmallIntegerField()
+    completed = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    retried = models.BigIntegerField(default=0)
+    durations = ArrayField(models.BigIntegerField(), default=list)
+    waits = ArrayField(models.BigIntegerField(), default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["start", "kind", "shard"], name="ops_jobperiod_start_kind_shard"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.start:%Y-%m-%d %H:%M} #{self.shard}"

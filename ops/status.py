@@ -31,6 +31,7 @@ from notifications.selectors import (
     sending_pause,
 )
 from ops.conf import get_config
+from ops.durations import humanize_seconds
 from ops.schedule_status import schedule_runs
 from ops.schedules import unknown_schedules_enabled
 from ops.selectors import tasks_refused
@@ -116,19 +117,9 @@ def _schedules(status: WorkerStatus, now: datetime) -> None:
         if run.overdue:
             what = "has not run" if run.last_run_at else "never ran since it was due"
             status.needs_operator.append(
-                f"schedule {run.name!r} {what} for {_duration(run.silent_seconds or 0)} "
+                f"schedule {run.name!r} {what} for {humanize_seconds(run.silent_seconds or 0)} "
                 f"(every {run.as_dict()['every']}): is the qcluster running?"
             )
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.0f} d"
-    if seconds >= 2 * 3600:
-        return f"{seconds / 3600:.0f} h"
-    if seconds >= 120:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
 
 
 def _processes() -> list[dict[str, Any]]:
@@ -190,7 +181,7 @@ def _jobs(status: WorkerStatus, now: datetime) -> None:
         }
         if waited > BACKLOG_ALERT_SECONDS:
             status.needs_operator.append(
-                f"job #{oldest.pk} ({oldest.kind}) has been due for {waited:.0f}s: "
+                f"job #{oldest.pk} ({oldest.kind}) has been due for {humanize_seconds(waited)}: "
                 "is the qcluster running?"
             )
     stuck = jobs_stuck(now=now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from urllib.parse import urlencode
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
@@ -16,14 +17,44 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from ops.conf import get_config
 from ops.health import worker_health
 from ops.metrics import render_metrics
+from ops.ranges import RANGES, parse_range
+
+# The page refreshes itself this often (seconds) unless ?refresh= says otherwise (0: never).
+REFRESH_SECONDS = 30
+REFRESH_MAX_SECONDS = 3600
+
+
+def refresh_seconds(value: str | None) -> int:
+    """`?refresh=` as whole seconds, 0 (off) to an hour; anything else is the default."""
+    if value is None or not value.isdigit() or len(value) > 4:
+        return REFRESH_SECONDS
+    return min(int(value), REFRESH_MAX_SECONDS)
 
 
 def health_view(request: HttpRequest) -> TemplateResponse:
-    """Staff only: wrapped in admin.site.admin_view by the URLconf."""
+    """Staff only: wrapped in admin.site.admin_view by the URLconf.
+
+    `?range=1h|24h|7d` picks the charts' window (an unknown value shows the default and
+    says so); `?refresh=N` the self-refresh interval, kept in the range links."""
+    chart_range, range_notice = parse_range(request.GET.get("range"))
+    refresh = refresh_seconds(request.GET.get("refresh"))
+    keep = {"refresh": str(refresh)} if "refresh" in request.GET else {}
+    ranges = [
+        {
+            "key": r.key,
+            "label": r.label,
+            "url": "?" + urlencode({"range": r.key, **keep}),
+            "current": r.key == chart_range.key,
+        }
+        for r in RANGES.values()
+    ]
     context = {
         **admin.site.each_context(request),
         "title": "Worker health",
-        "health": worker_health(),
+        "health": worker_health(chart_range=chart_range),
+        "ranges": ranges,
+        "range_notice": range_notice,
+        "refresh_seconds": refresh,
     }
     return TemplateResponse(request, "ops/worker_health.html", context)
 

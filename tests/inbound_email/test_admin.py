@@ -329,3 +329,21 @@ def test_mail_buttons_need_the_change_permission(client, django_user_model, quar
         assert client.post(url).status_code == 403
     quarantined.refresh_from_db()
     assert quarantined.status == "quarantined"
+
+
+def test_replies_list_shows_an_ordinary_no_as_plain_text_not_a_red_cross(admin_client):
+    """Issue 20: a reply that needs no operator is the normal case; the list drew Django's
+    red "✗" icon (icon-no.svg) for it, as for an error. Now the words "no" and "yes"."""
+    notification = baker.make("notifications.EmailNotification", status="pending")
+    for i, needs in enumerate((False, True)):
+        baker.make(
+            Reply,
+            notification=notification,
+            inbound_email=baker.make(InboundEmail, store_key=f"inbound/{i}", status="processed"),
+            needs_operator=needs,
+        )
+    page = admin_client.get(reverse("admin:inbound_email_reply_changelist")).content.decode()
+    assert "icon-no.svg" not in page and "icon-yes.svg" not in page
+    cells = page.split('class="field-needs_operator_text"')[1:]
+    assert sorted(cell.split(">", 1)[1].split("<", 1)[0] for cell in cells) == ["no", "yes"]
+    assert ">Needs operator<" in page or ">needs operator<" in page.lower()

@@ -11,7 +11,7 @@ from model_bakery import baker
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.selectors import (
     RELAY_STUCK_AFTER,
-    inbound_received_per_hour,
+    inbound_received_per_bucket,
     inbound_relays_stuck,
     inbound_status_counts,
     replies_needing_operator,
@@ -60,7 +60,7 @@ def test_an_acknowledged_instruction_no_longer_needs_an_operator():
     assert acknowledged.pk and posted.pk
 
 
-def test_received_per_hour_buckets_by_hour_and_current_status():
+def test_received_per_bucket_buckets_by_hour_and_current_status():
     now = datetime(2026, 12, 3, 12, 30, tzinfo=UTC)
     hour = now.replace(minute=0)
     for key, status, at in [
@@ -72,7 +72,7 @@ def test_received_per_hour_buckets_by_hour_and_current_status():
         row = _mail(key, status)
         InboundEmail.objects.filter(pk=row.pk).update(created_at=at)
 
-    series = inbound_received_per_hour(since=now - timedelta(hours=24))
+    series = inbound_received_per_bucket(since=now - timedelta(hours=24), step=timedelta(hours=1))
 
     assert series == {
         "processed": {hour: 2},

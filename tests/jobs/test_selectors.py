@@ -11,7 +11,7 @@ from jobs.models import Job
 from jobs.selectors import (
     job_counts_by_kind,
     job_oldest_due,
-    jobs_finished_per_minute,
+    jobs_finished_per_bucket,
     jobs_stuck,
 )
 
@@ -52,7 +52,7 @@ def test_counts_by_kind_lists_only_the_statuses_each_kind_has():
     }
 
 
-def test_finished_per_minute_buckets_completed_and_permanently_failed_rows():
+def test_finished_per_bucket_buckets_completed_and_permanently_failed_rows():
     minute = NOW.replace(second=0)
     _job(status="completed", completed_at=minute + timedelta(seconds=5))
     _job(status="completed", completed_at=minute + timedelta(seconds=59))
@@ -62,7 +62,20 @@ def test_finished_per_minute_buckets_completed_and_permanently_failed_rows():
     # a retried attempt (back to queued) is not a failure
     _job(status="queued", failed_at=None, last_error="boom")
 
-    series = jobs_finished_per_minute(since=NOW - timedelta(hours=24))
+    series = jobs_finished_per_bucket(since=NOW - timedelta(hours=24), step=timedelta(minutes=1))
 
     assert series["completed"] == {minute: 2, minute - timedelta(minutes=1): 1}
     assert series["failed"] == {minute: 1}
+
+
+def test_finished_per_bucket_counts_30_minute_buckets_from_utc_midnight():
+    """The 24 h range's bars (issue 20): 30-minute buckets starting on the hour and half hour
+    in UTC, whatever the session time zone."""
+    half = NOW.replace(minute=0 if NOW.minute < 30 else 30, second=0, microsecond=0)
+    _job(status="completed", completed_at=half)
+    _job(status="completed", completed_at=half + timedelta(minutes=29, seconds=59))
+    _job(status="completed", completed_at=half - timedelta(seconds=1))
+
+    series = jobs_finished_per_bucket(since=NOW - timedelta(hours=24), step=timedelta(minutes=30))
+
+    assert series["completed"] == {half: 2, half - timedelta(minutes=30): 1}

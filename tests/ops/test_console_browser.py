@@ -14,6 +14,7 @@ from model_bakery import baker
 
 from inbound_email.models import InboundEmail
 from jobs.models import Job, JobAttempt, PausedKind
+from ops.models import JobPeriod
 from processes.models import WorkerProcess
 from tests.support.browser import PASSWORD, log_in
 
@@ -80,9 +81,21 @@ def console(django_user_model) -> dict[str, str]:
         ),
         last_error="Traceback (most recent call last):\n  File y\nRuntimeError: boom",
     )
+    JobPeriod.objects.create(  # the per-kind table, with a long kind name
+        start=now,
+        kind="reports.render_the_quarterly_statistics_for_the_board_of_trustees",
+        shard=0,
+        completed=1234,
+        failed=5,
+        durations=[0] * 12 + [1234],
+        waits=[1239] + [0] * 11,
+    )
+    baker.make(Job, kind="report.render", status="completed", max_attempts=1, completed_at=now)
     django_user_model.objects.create_superuser(username="operator", password=PASSWORD)
     return {
         "health": "/admin/worker-health/",
+        "health-1h": "/admin/worker-health/?range=1h",
+        "health-7d": "/admin/worker-health/?range=7d",
         "job": reverse("admin:jobs_job_change", args=[failed.pk]),
         "mail": reverse("admin:inbound_email_inboundemail_change", args=[mail.pk]),
         "jobs": reverse("admin:jobs_job_changelist"),
@@ -91,6 +104,28 @@ def console(django_user_model) -> dict[str, str]:
         "error-groups": reverse("admin:jobs_job_error_groups"),
         "processes": reverse("admin:processes_workerprocess_changelist"),
     }
+
+
+def _charts_are_legible(page, width: int) -> None:
+    """One drawing of each chart shows (the narrow one on a phone), inside the window, its
+    labels drawn at 9 px or more (an SVG scaled down to fit shrinks its text with it)."""
+    shown = "narrow" if width < 900 else "wide"
+    for chart in ("#jobs-chart", "#mail-chart"):
+        svg = page.locator(f"{chart} svg.{shown}")
+        assert svg.is_visible() and page.locator(f"{chart} svg:visible").count() == 1
+        box = svg.bounding_box()
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width
+        scale = box["width"] / float(svg.get_attribute("width"))
+        font = page.evaluate(
+            "s => parseFloat(getComputedStyle(s.querySelector('text.tick')).fontSize)",
+            svg.element_handle(),
+        )
+        assert font * scale >= 9, (chart, width, font, scale)
+        assert svg.locator("text.axis-label").first.text_content().startswith("jobs per") or (
+            chart == "#mail-chart"
+        )
+    assert page.locator("#kinds").is_visible()
+    assert page.locator("#range-select a").count() == 3
 
 
 @pytest.mark.parametrize("width", WIDTHS)
@@ -123,6 +158,8 @@ def test_console_pages_fit_the_window_without_console_errors(
             )
             if extra > 0:
                 overflowing[name] = extra
+            if name.startswith("health"):
+                _charts_are_legible(page, width)
             screenshot(page, f"{name}-{width}")
         assert overflowing == {}, f"horizontal overflow (px) at {width}: {overflowing}"
         assert errors == []

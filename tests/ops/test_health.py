@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.urls import reverse
 from django.utils import timezone
 from model_bakery import baker
@@ -14,7 +16,9 @@ from inbound_email.models import InboundEmail, Reply
 from jobs.models import Job
 from notifications.models import EmailNotification, SendingState
 from ops.health import worker_health
+from ops.ranges import RANGES
 from processes.models import WorkerProcess
+from tests.support.finished_jobs import finish_jobs
 from tests.support.leases import live_lease_count, make_lease, spare_slots
 
 pytestmark = pytest.mark.django_db
@@ -34,8 +38,10 @@ def rows() -> None:
     job(status="queued", run_after=now + timedelta(hours=1))  # queued, not due
     job(status="processing", lease_expires_at=now - timedelta(minutes=1))  # stuck
     job(status="processing", lease_expires_at=now + timedelta(minutes=1))  # healthy
-    job(status="completed", completed_at=now - timedelta(minutes=3))
-    job(status="failed", failed_at=now - timedelta(minutes=2))
+    finish_jobs(
+        "report.render",
+        [(now - timedelta(minutes=3), "completed"), (now - timedelta(minutes=2), "failed")],
+    )
     job(status="cancelled", cancelled_at=now)
 
     def mail(key: str, status: str) -> InboundEmail:
@@ -160,6 +166,49 @@ def test_the_page_lists_live_and_recently_gone_processes(admin_client, rows):
     assert by_label["gone in the last hour"].note == "1 fell silent (killed, host lost)"
 
 
+@pytest.mark.parametrize(
+    ("key", "bars", "per"),
+    [("1h", 60, "per minute"), ("24h", 48, "per 30 min"), ("7d", 56, "per 3 h")],
+)
+def test_each_range_draws_a_readable_number_of_bars_on_labelled_axes(admin_client, key, bars, per):
+    """Issue 20: one range, one bucket size that fits it (never 1,440 one-minute hairlines),
+    and a y axis that says what a bar counts."""
+    jobs_chart, mail_chart = worker_health(chart_range=RANGES[key]).charts
+    assert (jobs_chart.bars, mail_chart.bars) == (bars, bars)
+    assert (jobs_chart.y_label, mail_chart.y_label) == (f"jobs {per}", f"mails {per}")
+
+    page = admin_client.get(f"{HEALTH_URL}?range={key}").content.decode()
+    assert f">jobs {per}</text>" in page and f">mails {per}</text>" in page
+    assert page.count(">time (UTC)</text>") == 4  # two charts, each drawn wide and narrow
+    assert 'preserveAspectRatio="none"' not in page  # text is never stretched
+    selector = page[page.index('id="range-select"') :].split("</nav>")[0]
+    assert selector.count("<a ") == 3
+    current = selector.split('aria-current="page"')[0].rsplit("<a ", 1)[1]
+    assert f"range={key}" in current
+
+
+def test_the_ranges_count_what_they_cover(admin_client):
+    now = timezone.now()
+    ago = (timedelta(minutes=5), timedelta(hours=3), timedelta(days=3))
+    finish_jobs("k", [(now - a, "completed") for a in ago])
+    totals = {
+        key: {s.name: s.total for s in worker_health(chart_range=r).charts[0].series}["completed"]
+        for key, r in RANGES.items()
+    }
+    assert totals == {"1h": 1, "24h": 2, "7d": 3}
+
+
+@pytest.mark.parametrize("value", ["5y", "<script>alert(1)</script>", "24h' OR 1=1"])
+def test_an_unknown_range_shows_the_default_and_says_so(admin_client, value):
+    """A hand-edited address is no server error: the page shows 24 h and names the value."""
+    response = admin_client.get(HEALTH_URL, {"range": value})
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'id="range-notice"' in page and "showing the last 24 h" in page
+    assert "<script>alert(1)" not in page
+    assert ">jobs per 30 min</text>" in page
+
+
 def test_charts_count_the_last_24_hours(rows):
     jobs_chart, mail_chart = worker_health().charts
     totals = {s.name: s.total for s in jobs_chart.series}
@@ -235,4 +284,25 @@ def test_the_health_page_shows_the_quarantine_age(admin_client):
     row = baker.make(InboundEmail, status="quarantined")
     InboundEmail.objects.filter(pk=row.pk).update(finished_at=timezone.now() - timedelta(hours=5))
     page = admin_client.get(HEALTH_URL).content.decode()
-    assert "oldest 5 h 0 min" in page
+    assert "oldest 5 h" in page and "oldest 5 h 0" not in page
+
+
+def test_waits_read_as_words_not_raw_seconds(admin_client, capsys):
+    """Issue 20: "oldest waiting 3723 s" became "1 h 2 min" on the page, in the finding and
+    in worker_status's text output (its --json keeps the seconds)."""
+    baker.make(
+        Job,
+        kind="report.render",
+        status="queued",
+        max_attempts=5,
+        run_after=timezone.now() - timedelta(seconds=3723.4),
+    )
+    page = admin_client.get(HEALTH_URL).content.decode()
+    assert "oldest waiting 1 h 2 min" in page
+    assert "has been due for 1 h 2 min" in page
+    assert "3723" not in page
+    with pytest.raises(CommandError):
+        call_command("worker_status")
+    out = capsys.readouterr().out
+    assert "waiting 1 h 2 min" in out and "has been due for 1 h 2 min" in out
+    assert "3723" not in out

@@ -13,6 +13,7 @@ from inbound_email.models import InboundEmail
 from jobs.models import Job
 from notifications.models import EmailNotification
 from tests.support.browser import log_in, make_staff
+from tests.support.finished_jobs import finish_jobs
 from tests.support.leases import make_lease, spare_slots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -31,17 +32,13 @@ def busy_day() -> dict[str, Job]:
     """A day of traffic: jobs finishing every hour (a few failing), mail each hour, and one of
     each thing that needs an operator."""
     now = timezone.now()
-    jobs = []
+    ends = []
     for hour in range(24):
         for i in range(hour % 5 + 1):
-            at = now - timedelta(hours=hour, minutes=7 * i + 1)
-            jobs.append(
-                Job(kind="report.render", status="completed", max_attempts=5, completed_at=at)
-            )
+            ends.append((now - timedelta(hours=hour, minutes=7 * i + 1), "completed"))
         if hour % 6 == 2:
-            at = now - timedelta(hours=hour, minutes=3)
-            jobs.append(Job(kind="report.render", status="failed", max_attempts=5, failed_at=at))
-    Job.objects.bulk_create(jobs)
+            ends.append((now - timedelta(hours=hour, minutes=3), "failed"))
+    finish_jobs("report.render", ends)
     stuck = baker.make(
         Job,
         kind="mail.relay",
@@ -88,12 +85,16 @@ def test_staff_user_reads_worker_health_and_follows_the_tiles(
     assert page.locator("table.leases").inner_text().count("host-a:311") == 1
 
     # Both charts are drawn and have a real size on screen.
-    jobs_chart = page.locator("#jobs-chart svg")
+    jobs_chart = page.locator("#jobs-chart svg.wide")
     box = jobs_chart.bounding_box()
     assert box and box["width"] > 600 and box["height"] > 150
-    completed_line = page.locator('#jobs-chart polyline[data-series="completed"]')
-    assert len(completed_line.get_attribute("points").split()) == 24 * 60
-    assert page.locator("#mail-chart rect").count() > 0
+    assert not page.locator("#jobs-chart svg.narrow").is_visible()  # the wide one fits
+    # 48 half-hour bars (issue 20: not 1,440 one-minute hairlines), y axis labelled
+    assert page.locator("#jobs-chart").get_attribute("data-bars") == "48"
+    completed = page.locator('#jobs-chart svg.wide g[data-series="completed"] rect')
+    assert 0 < completed.count() <= 48
+    assert jobs_chart.locator("text.axis-label").first.text_content() == "jobs per 30 min"
+    assert page.locator("#mail-chart svg.wide rect").count() > 0
     assert "completed " in page.locator("#jobs-chart figcaption").inner_text()
     screenshot(page, "worker-health")
 

@@ -2,6 +2,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ops.durations import humanize_seconds
 from ops.status import worker_status
 
 
@@ -37,7 +38,10 @@ class Command(BaseCommand):
             out(f"  PAUSED: {paused['kind']} since {paused['paused_at'][:19]} (not claimed)")
         if status.oldest_due_job:
             job = status.oldest_due_job
-            out(f"  oldest due: #{job['id']} {job['kind']} waiting {job['waiting_seconds']}s")
+            out(
+                f"  oldest due: #{job['id']} {job['kind']} "
+                f"waiting {humanize_seconds(job['waiting_seconds'])}"
+            )
         for job in status.stuck_jobs:
             out(
                 f"  STUCK: #{job['id']} {job['kind']} locked by {job['locked_by']} "
