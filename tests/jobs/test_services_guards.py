@@ -29,7 +29,7 @@ from jobs.services import (
     job_complete,
     job_record_failure,
 )
-from tests.support.locks import LockWaitWatcher, OpenTransaction
+from tests.support.locks import LockWait, LockWaitWatcher, OpenTransaction
 from tests.support.processes import spawn_manage_py
 
 User = get_user_model()
@@ -71,7 +71,10 @@ def test_concurrent_drains_run_each_slow_job_once_and_never_wait_on_a_held_claim
     }
 
     claim = OpenTransaction(lambda: job_claim_batch(worker=IN_FLIGHT, limit=1))
-    with claim, LockWaitWatcher(on_first_wait=claim.release) as watcher:
+    with (
+        claim,
+        LockWaitWatcher(on_first_wait=claim.release, ignore=_is_on_a_counter_shard) as watcher,
+    ):
         assert [job.id for job in claim.result] == [held.pk]
         drains = [spawn_manage_py("run_jobs", "--burst", env=env) for _ in range(DRAINS)]
         try:
@@ -93,6 +96,16 @@ def test_concurrent_drains_run_each_slow_job_once_and_never_wait_on_a_held_claim
     assert set(
         Job.objects.filter(kind="tests.log").values_list("status", "attempts", "locked_by")
     ) == {(Status.COMPLETED, 1, "")}
+
+
+# The statement triggers' counter rows (job counts, metric series, per-kind periods) are
+# sharded by backend pid modulo 16: two drains on one shard wait a moment for each other's
+# commit. That is not a claim waiting on a held job, which this test is about.
+_COUNTER_TABLES = {"jobs_jobcount", "ops_metricseries", "ops_jobperiod"}
+
+
+def _is_on_a_counter_shard(wait: LockWait) -> bool:
+    return bool(wait.row_tables) and set(wait.row_tables) <= _COUNTER_TABLES
 
 
 def _reap_and_reclaim_as_second_worker() -> ClaimedJob:

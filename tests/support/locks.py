@@ -24,7 +24,10 @@ from typing import Any
 from django.db import connection, transaction
 
 _WAITS_SQL = """
-SELECT a.pid, coalesce(a.wait_event, ''), left(a.query, 300)
+SELECT a.pid, coalesce(a.wait_event, ''), left(a.query, 300),
+       coalesce((SELECT array_agg(DISTINCT c.relname::text ORDER BY c.relname::text)
+                 FROM pg_locks AS t JOIN pg_class AS c ON c.oid = t.relation
+                 WHERE t.pid = a.pid AND t.locktype = 'tuple'), '{}')
 FROM pg_stat_activity AS a
 WHERE a.datname = current_database()
   AND a.pid <> pg_backend_pid()
@@ -39,9 +42,14 @@ class LockWait:
     pid: int
     wait_event: str
     query: str
+    # The tables of the rows it waits for: a backend that finds a row locked by another
+    # transaction takes that row's tuple lock, then waits for the transaction. Empty when
+    # the wait is not for a row (or is the second in line for one).
+    row_tables: tuple[str, ...] = ()
 
     def __str__(self) -> str:
-        return f"pid {self.pid} waits on {self.wait_event or 'a lock'}: {self.query}"
+        tables = f" (rows of {', '.join(self.row_tables)})" if self.row_tables else ""
+        return f"pid {self.pid} waits on {self.wait_event or 'a lock'}{tables}: {self.query}"
 
 
 class LockWaitWatcher(threading.Thread):
@@ -93,7 +101,10 @@ class LockWaitWatcher(threading.Thread):
                 self._ready.set()
                 while not self._stop_event.is_set():
                     cursor.execute(_WAITS_SQL)
-                    found = [LockWait(*row) for row in cursor.fetchall()]
+                    found = [
+                        LockWait(pid, event, query, tuple(tables))
+                        for pid, event, query, tables in cursor.fetchall()
+                    ]
                     self.samples += 1
                     if self.ignore is not None:
                         self.ignored.extend(w for w in found if self.ignore(w))
