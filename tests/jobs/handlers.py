@@ -34,6 +34,10 @@ def log_execution(payload: dict) -> None:
     _append(payload["log"], f"{payload['n']} {os.getpid()}")
     if payload.get("sleep"):
         time.sleep(payload["sleep"])
+    if payload.get("until"):  # run until the test has seen what it waits for (at most 60 s)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(payload["until"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 @handler("tests.stamp_start")

@@ -115,12 +115,18 @@ def test_a_qcluster_lists_itself_and_each_worker_process(worker_env, tmp_path):
         )
         workers = processes_live().filter(role="qcluster worker")
         assert {w.pid for w in workers}.isdisjoint({cluster.pid})
-        job = enqueue("tests.log", {"log": str(tmp_path / "log"), "n": 1, "sleep": 3})
-        wait_until(
-            lambda: workers.filter(current=f"job #{job.pk} tests.log").exists(),
-            "a worker process shows the job it runs",
-            timeout=30,
-        )
+        # The job runs until the test has seen it (a fixed 3 s job ended unseen once on a
+        # loaded CI machine, where the beacon's write came late).
+        seen = tmp_path / "seen"
+        job = enqueue("tests.log", {"log": str(tmp_path / "log"), "n": 1, "until": str(seen)})
+        try:
+            wait_until(
+                lambda: workers.filter(current=f"job #{job.pk} tests.log").exists(),
+                "a worker process shows the job it runs",
+                timeout=30,
+            )
+        finally:
+            seen.touch()
     finally:
         stop_process_group(cluster)
     wait_until(
