@@ -27,3 +27,21 @@ def subprocess_env(transactional_db) -> dict[str, str]:
     from tests.support.processes import child_env
 
     return child_env()
+
+
+@pytest.fixture(autouse=True)
+def no_process_beacon_outlives_its_test():
+    """A beat thread left running in the test process re-registers its row after every
+    flush (its row "vanished") and shows as a live process in later tests — it did, from a
+    test that sent django-q2's post_spawn. Stop it, and fail the test that left it."""
+    yield
+    import threading
+
+    from processes import beacon
+
+    leaked = [t.name for t in threading.enumerate() if t.name.startswith("process-beacon-")]
+    if beacon._beacon is not None:
+        beacon._beacon.stop()
+        beacon._beacon = None
+    if leaked:
+        pytest.fail(f"the test left process beat threads running: {leaked}")
