@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TypeVar
@@ -75,97 +76,94 @@ def run_pending(
     happened. Reaching `max_seconds` or setting `stop` (e.g. from a SIGTERM handler) ends
     the drain after the running job; unstarted claims are released, their attempt undone.
 
-    Jobs are claimed one at a time, each right before it starts (issue 22): a worker never
-    holds a job another worker could start. When a claim sees another due job waiting,
-    `wake_others` is called (once per drain; the qcluster task sends a wake task, so an
-    idle worker starts it instead of it waiting behind this drain's job).
+    One statement completes the jobs run since the last one and claims the next batch
+    (JOBS_CLAIM_BATCH_SIZE; issue 22, point 5). The batch's jobs start one after another at
+    once; when one runs longer than JOBS_HOLD_UNSTARTED_SECONDS the drain's keeper thread
+    gives the rest back to the queue (their attempt undone; the wake-up trigger tells an
+    idle worker), so quick jobs never wait long behind a slow one (point 4). When a claim
+    sees more due jobs than it took, `wake_others` is called (once per drain; the qcluster
+    task sends a wake task, so an idle worker starts them).
 
     Call it outside any transaction (its claims must commit before handlers run).
     """
     registry.discover()
+    config = get_config()
     woke_others = False
     summary = RunSummary(worker=services.new_worker_id())
     started = time.monotonic()
     deadline = None if max_seconds is None else started + max_seconds
     reconnect = Reconnect("job drain")
-    unstarted: services.ClaimedJob | None = None  # claimed, not started yet: given back below
-    ran: services.ClaimedJob | None = None  # handler done, completion goes with the next claim
-    heartbeat = _Heartbeat(summary.worker)
-    heartbeat.start()
+    batch = _Batch()
+    # Inside a caller's transaction (a test's) the claims are seen by no other connection:
+    # no other worker could start them, and the keeper's connection could not give them back.
+    keeper = _Keeper(summary.worker, batch, hand_back=not connection.in_atomic_block)
+    keeper.start()
 
-    def may_claim() -> bool:
-        # Before every job, not only before a claim: a run of slow handlers must not run the
-        # drain past django-q2's timeout (which kills it, and the reaper would then charge
-        # the job an attempt).
+    def may_start() -> bool:
+        # Before every job: a run of slow handlers must not run the drain past django-q2's
+        # timeout (which kills it, and the reaper would then charge the job an attempt).
         if stop is not None and stop.is_set():
             return False
         if max_seconds is not None and time.monotonic() - started >= max_seconds:
             summary.budget_exhausted = True
             return False
-        if limit is not None and summary.claimed >= limit:
-            summary.budget_exhausted = True
-            return False
         return True
+
+    def claim_size() -> int:
+        if not may_start():
+            return 0
+        if limit is None:
+            return config.claim_batch_size
+        left = limit - (summary.claimed - batch.released)
+        if left <= 0:
+            summary.budget_exhausted = True
+        return max(0, min(config.claim_batch_size, left))
 
     try:
         while True:
-            claim = may_claim()
-            if not claim and ran is None:
+            if not may_start():
                 break
-            done, want_more = ran, wake_others is not None and not woke_others
+            running = batch.start_next()
+            if running is not None:
+                job, job_started = running
+                ran = _run_one(job, job_started, summary, reconnect, stop=stop, deadline=deadline)
+                batch.finished(ran, job_started)
+                continue
+            # Nothing claimed left: send the completions, claim the next batch (after the
+            # keeper's hand-back in flight, if any: its rows are locked until it commits).
+            with batch.handing_back:
+                claim, done = claim_size(), batch.take_done()
+            if not claim and not done:
+                break
+            want_more = wake_others is not None and not woke_others
             step = _reconnecting(
-                lambda done=done, claim=claim, want_more=want_more: services.job_finish_and_claim(
-                    worker=summary.worker, done=done, claim=claim, want_more=want_more
+                lambda done=done, claim=claim, want_more=want_more: services.job_runner_step(
+                    worker=summary.worker,
+                    done=_ago(done),
+                    claim=claim,
+                    want_more=want_more,
                 ),
                 reconnect,
                 stop=stop,
                 deadline=deadline,
             )
-            ran = None
-            if step is None:  # the connection stayed lost until stop/deadline
-                if done is not None:  # its completion is unknown: the reaper decides
-                    summary.lost += 1
+            if step is None:  # the connection stayed lost: completions unknown, reaper decides
+                summary.lost += len(done)
                 break
-            if done is not None:
-                _count_completion(done, step.completed, summary)
-            if step.claimed is None:
+            for job, _started in done:
+                _count_completion(job, job.id in step.completed, summary)
+            if not step.claimed:
                 break
-            unstarted = step.claimed
-            summary.claimed += 1
+            batch.add(step.claimed)
+            summary.claimed += len(step.claimed)
             if step.more_due and want_more:
-                # Another due job waits while this one runs: let an idle worker take it
-                # rather than have it wait behind this one (head-of-line blocking).
+                # More due jobs wait than this drain took: let an idle worker take them.
                 woke_others = True
                 wake_others()
-            job, unstarted = unstarted, None
-            ran = _run_one(job, summary, reconnect, stop=stop, deadline=deadline)
     finally:
         doing("")  # issue 20 hook: idle again in the process registry
-        if ran is not None:  # interrupted before its completion was sent: send it alone
-            try:
-                step = services.job_finish_and_claim(
-                    worker=summary.worker, done=ran, claim=False, want_more=False
-                )
-                _count_completion(ran, step.completed, summary)
-            except DatabaseError:  # do not mask the error that stopped us
-                summary.lost += 1
-                logger.exception(
-                    "could not record job #%s completed; the reaper will run it again",
-                    ran.id,
-                    extra={"action": "job_complete_failed", "job_id": ran.id, "kind": ran.kind},
-                )
-        heartbeat.stop()
-        if unstarted is not None:  # claimed, then stopped before it started: give it back
-            try:
-                summary.released = services.job_release(
-                    worker=summary.worker, job_ids=[unstarted.id]
-                )
-            except DatabaseError:  # do not mask the error that stopped us
-                logger.exception(
-                    "could not release unstarted job #%s; the reaper will reclaim it",
-                    unstarted.id,
-                    extra={"action": "jobs_release_failed"},
-                )
+        keeper.stop()  # no statement of its own from here on
+        _settle(batch, summary)
         summary.seconds = time.monotonic() - started
     if summary.claimed:
         logger.info(
@@ -174,6 +172,40 @@ def run_pending(
             extra={"action": "jobs_drained", **summary.as_dict()},
         )
     return summary
+
+
+def _ago(done: list[tuple[services.ClaimedJob, float]]) -> list[tuple[int, float]]:
+    """(id, seconds since its handler started) for the statement: a duration, so the stamp
+    it writes is on the database's clock."""
+    now = time.monotonic()
+    return [(job.id, now - job_started) for job, job_started in done]
+
+
+def _settle(batch: _Batch, summary: RunSummary) -> None:
+    """At the drain's end: send the completions not sent yet and give back what was never
+    started, in one statement; count what the keeper thread did."""
+    done, unstarted = batch.take_done(), batch.take_unstarted()
+    if done or unstarted:
+        try:
+            step = services.job_runner_step(
+                worker=summary.worker, done=_ago(done), release=[job.id for job in unstarted]
+            )
+        except DatabaseError:  # do not mask the error that stopped us
+            summary.lost += len(done)
+            logger.exception(
+                "could not record %s completed jobs or give back %s unstarted ones; the "
+                "reaper will take them after their lease",
+                len(done),
+                len(unstarted),
+                extra={"action": "jobs_release_failed"},
+            )
+        else:
+            for job, _started in done:
+                _count_completion(job, job.id in step.completed, summary)
+            batch.released += step.released
+    for job, completed in batch.settled:
+        _count_completion(job, completed, summary)
+    summary.released = batch.released
 
 
 def _count_completion(job: services.ClaimedJob, completed: bool, summary: RunSummary) -> None:
@@ -224,15 +256,17 @@ def _reconnecting(
 
 def _run_one(
     job: services.ClaimedJob,
+    job_started: float,
     summary: RunSummary,
     reconnect: Reconnect,
     *,
     stop: threading.Event | None,
     deadline: float | None,
 ) -> services.ClaimedJob | None:
-    """Run `job`'s handler; return the job when its completion is left to the next
-    statement (`job_finish_and_claim`, one round trip for both), None when it was recorded
-    here (completed in the handler's transaction, failed, or lost)."""
+    """Run `job`'s handler (started at monotonic `job_started`); return the job when its
+    completion is left to the next statement (`job_runner_step`, one round trip for a
+    batch), None when it was recorded here (completed in the handler's transaction,
+    failed, or lost)."""
     context = {"job_id": job.id, "kind": job.kind, "attempt": job.attempts}
     doing(f"job #{job.id} {job.kind}")  # issue 20 hook: the process registry's "current"
     try:
@@ -245,7 +279,9 @@ def _run_one(
                 if _wrote_nothing():
                     # Nothing to commit with it: the completion goes with the next claim.
                     return job
-                services.job_complete(job=job, worker=summary.worker)
+                services.job_complete(
+                    job=job, worker=summary.worker, started_ago=time.monotonic() - job_started
+                )
         else:
             # It commits its own steps (claim -> commit -> external effect -> record); the
             # completion goes with the next claim.
@@ -266,7 +302,9 @@ def _run_one(
     except BaseException as exc:  # noqa: BLE001 - the loop's one catch-all: record, log, go on
         discard_broken_connection()  # the handler's atomic() has rolled back: reconnect
         outcome = _reconnecting(
-            lambda exc=exc: services.job_record_failure(job=job, worker=summary.worker, exc=exc),
+            lambda exc=exc: services.job_record_failure(
+                job=job, worker=summary.worker, exc=exc, started_ago=time.monotonic() - job_started
+            ),
             reconnect,
             stop=None if isinstance(exc, PROCESS_STOPPING) else stop,
             deadline=deadline,
@@ -305,16 +343,67 @@ def _wrote_nothing() -> bool:
     return raw is not None and raw.info.transaction_status == TransactionStatus.IDLE
 
 
-class _Heartbeat(threading.Thread):
-    """Renews the lease of every row this run holds while the process is alive.
+class _Batch:
+    """The drain's claimed jobs, shared by the loop and its keeper thread under one lock:
+    the ones not started yet (in claim order), the one running, and the ones run whose
+    completion goes with the next statement."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.handing_back = threading.Lock()  # held by the keeper while its statements run
+        self.unstarted: deque[services.ClaimedJob] = deque()
+        self.running: tuple[services.ClaimedJob, float] | None = None
+        self.running_marked = False
+        self.done: list[tuple[services.ClaimedJob, float]] = []
+        self.released = 0  # given back unstarted (by the keeper or at the end)
+        self.settled: list[tuple[services.ClaimedJob, bool]] = []  # completions the keeper sent
+
+    def add(self, jobs: list[services.ClaimedJob]) -> None:
+        with self.lock:
+            self.unstarted.extend(jobs)
+
+    def start_next(self) -> tuple[services.ClaimedJob, float] | None:
+        with self.lock:
+            if not self.unstarted:
+                return None
+            self.running = (self.unstarted.popleft(), time.monotonic())
+            self.running_marked = False
+            return self.running
+
+    def finished(self, ran: services.ClaimedJob | None, job_started: float) -> None:
+        with self.lock:
+            self.running = None
+            if ran is not None:
+                self.done.append((ran, job_started))
+
+    def take_done(self) -> list[tuple[services.ClaimedJob, float]]:
+        with self.lock:
+            done, self.done = self.done, []
+            return done
+
+    def take_unstarted(self) -> list[services.ClaimedJob]:
+        with self.lock:
+            unstarted = list(self.unstarted)
+            self.unstarted.clear()
+            return unstarted
+
+
+class _Keeper(threading.Thread):
+    """The drain's second thread, on its own connection: it renews the lease of every row
+    the drain holds, and when the running job has run longer than
+    JOBS_HOLD_UNSTARTED_SECONDS it gives the batch's unstarted jobs back to the queue, sends
+    the completions waiting behind it, and marks it started (its start and its attempt show
+    while it runs).
 
     A thread, not a call handlers must remember: a long handler keeps its lease however it
     is written, and a dead process stops renewing, which is exactly what the reaper needs.
     """
 
-    def __init__(self, worker: str) -> None:
-        super().__init__(name=f"jobs-heartbeat-{worker}", daemon=True)
+    def __init__(self, worker: str, batch: _Batch, *, hand_back: bool = True) -> None:
+        super().__init__(name=f"jobs-keeper-{worker}", daemon=True)
         self.worker = worker
+        self.batch = batch
+        self.hand_back = hand_back
         self._stopped = threading.Event()
 
     def stop(self) -> None:
@@ -322,22 +411,78 @@ class _Heartbeat(threading.Thread):
         self.join(timeout=10)
 
     def run(self) -> None:
-        # This thread has its own connection. After a failure it is dropped if broken (Django
-        # would otherwise reuse the dead one on every beat until the lease ran out and the
-        # reaper took the live job, D4) and the next beat comes after a backoff that is never
-        # longer than the beat itself (cap plus its 25 % jitter), so an outage shorter than
-        # the lease costs no lease.
-        interval = get_config().heartbeat_seconds
+        # After a failure the connection is dropped if broken (Django would otherwise reuse
+        # the dead one on every beat until the lease ran out and the reaper took the live
+        # job, D4) and the next beat comes after a backoff that is never longer than the
+        # beat itself (cap plus its 25 % jitter), so an outage shorter than the lease costs
+        # no lease.
+        config = get_config()
+        interval, hold = config.heartbeat_seconds, config.hold_unstarted_seconds
         reconnect = Reconnect(f"job heartbeat {self.worker}", base=interval / 4, cap=interval * 0.8)
-        wait = interval
+        next_beat = time.monotonic() + interval
         try:
-            while not self._stopped.wait(wait):
-                try:
-                    services.job_heartbeat(worker=self.worker)
-                except Exception as exc:  # noqa: BLE001 - the heartbeat loop's catch-all: reconnect, beat again soon
-                    wait = reconnect.failed(exc)
-                    continue
-                reconnect.recovered()
-                wait = interval
+            while not self._stopped.wait(min(hold / 2, max(0.0, next_beat - time.monotonic()))):
+                if time.monotonic() >= next_beat:
+                    try:
+                        services.job_heartbeat(worker=self.worker)
+                    except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: reconnect, beat again soon
+                        next_beat = time.monotonic() + reconnect.failed(exc)
+                        continue
+                    reconnect.recovered()
+                    next_beat = time.monotonic() + interval
+                if self.hand_back:
+                    with self.batch.handing_back:
+                        self._hand_back_if_held(hold)
         finally:
             connection.close()
+
+    def _hand_back_if_held(self, hold: float) -> None:
+        batch = self.batch
+        with batch.lock:
+            running = batch.running
+            if running is None or time.monotonic() - running[1] < hold:
+                return
+            if batch.running_marked and not batch.unstarted and not batch.done:
+                return
+            release = list(batch.unstarted)
+            batch.unstarted.clear()
+            done, batch.done = batch.done, []
+            mark = None if batch.running_marked else running
+            batch.running_marked = True
+        try:
+            if release or done:
+                # Apart from the mark: this statement must not lock the running job's row,
+                # which the handler's own transaction takes last (job_complete) while it may
+                # hold a counter shard this statement's triggers wait for.
+                step = services.job_runner_step(
+                    worker=self.worker, done=_ago(done), release=[job.id for job in release]
+                )
+                with batch.lock:
+                    batch.released += step.released
+                    batch.settled.extend((job, job.id in step.completed) for job, _s in done)
+                if step.released:
+                    logger.info(
+                        "gave back %s unstarted jobs while job #%s %s runs",
+                        step.released,
+                        running[0].id,
+                        running[0].kind,
+                        extra={"action": "jobs_given_back", "job_id": running[0].id},
+                    )
+                release, done = [], []  # settled: nothing to put back below
+            if mark is not None:
+                services.job_runner_step(
+                    worker=self.worker, mark=(mark[0].id, time.monotonic() - mark[1])
+                )
+        except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: keep them, try next tick
+            discard_broken_connection()
+            with batch.lock:
+                batch.unstarted.extendleft(reversed(release))
+                batch.done.extend(done)
+                if batch.running is running:
+                    batch.running_marked = False
+            logger.warning(
+                "could not give back the unstarted jobs behind job #%s (%s); trying again",
+                running[0].id,
+                exc,
+                extra={"action": "jobs_give_back_failed", "job_id": running[0].id},
+            )

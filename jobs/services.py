@@ -15,13 +15,14 @@ import os
 import secrets
 import socket
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet
-from django.db.models.functions import Greatest, Now
+from django.db.models.functions import Coalesce, Greatest, Now
 
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost, PermanentJobError
@@ -95,46 +96,47 @@ def new_worker_id() -> str:
 def job_claim_batch(*, worker: str, limit: int) -> list[ClaimedJob]:
     """Claim up to `limit` due jobs for `worker` in one short transaction and count the attempt.
 
-    For tools and benchmarks: the runner claims with `job_claim_next`, one job at a time,
-    so it never holds a job it is not about to start (issue 22).
+    For tools and tests: it stamps `started_at` at the claim. The runner claims with
+    `job_runner_step`, which leaves it to the handler's start (issue 22).
     """
     return _claim(worker=worker, limit=limit)[0]
 
 
-def job_claim_next(*, worker: str) -> tuple[ClaimedJob | None, bool]:
-    """Claim the next due job for `worker`, which starts it at once; and whether another due
-    job is waiting (the runner then wakes another worker for it instead of holding it).
-
-    Handing out only what starts now is what keeps ten quick jobs from waiting behind a
-    slow one while another worker is idle; `started_at` is stamped by this claim, right
-    before the handler starts.
-    """
-    step = job_finish_and_claim(worker=worker, done=None, claim=True, want_more=True)
-    return step.claimed, step.more_due
-
-
 @dataclass(frozen=True)
 class Step:
-    """What one `job_finish_and_claim` statement did."""
+    """What one `job_runner_step` statement did."""
 
-    completed: bool  # `done` was still this worker's and is now completed
-    claimed: ClaimedJob | None  # the next job, started by the caller at once
-    more_due: bool  # another due job is waiting (only looked for when asked)
+    completed: frozenset[int]  # of `done`, the ids still this worker's, now completed
+    released: int  # of `release`, how many were given back
+    claimed: list[ClaimedJob]  # in claim order; the caller starts them one after another
+    more_due: bool  # another due job is waiting beyond these (only looked for when asked)
 
 
-def job_finish_and_claim(
-    *, worker: str, done: ClaimedJob | None, claim: bool, want_more: bool
+def job_runner_step(
+    *,
+    worker: str,
+    done: Sequence[tuple[int, float]] = (),
+    mark: tuple[int, float] | None = None,
+    release: Sequence[int] = (),
+    claim: int = 0,
+    want_more: bool = False,
 ) -> Step:
-    """Complete `done` (if given and still owned by `worker`) and claim the next due job
-    (if `claim`), in one statement: one round trip and one commit per job instead of two
-    each (issue 22, point 5). The claim still hands out one job, which the caller starts at
-    once, so no worker holds a job another could start; `started_at` is its start.
+    """The runner's one statement (migration jobs/0010, `jobs_runner_step`): complete the
+    jobs in `done` (id, seconds since its handler started), mark `mark` (id, seconds since
+    it started) as started, give back the unstarted claims in `release`, and claim up to
+    `claim` due jobs (within JOBS_CLAIM_MAX_BYTES), as one statement: one round trip and one
+    commit for a whole batch instead of two per job (issue 22, point 5). Every write is
+    guarded by `locked_by = worker` and `processing`: a row the reaper took is left alone.
 
-    Runs in the caller's transaction: in autocommit mode (the runner, after a handler that
-    wrote nothing in its transaction or one that commits its own steps) it commits alone;
-    inside the handler's `atomic()` the handler's writes, the completion and the next
-    claim commit together, and a rollback takes all three back. `want_more` asks whether
-    another due job waits (an `EXISTS`, so the runner asks once per drain).
+    A claimed row's `started_at` stays NULL: the runner says when each handler started (as
+    seconds ago, so the stamp is on the database's clock) when it marks or completes it.
+    Claims are handed out in a batch, but the runner starts them at once, one after
+    another, and gives back what it has not started when a job runs longer than
+    JOBS_HOLD_UNSTARTED_SECONDS (point 4; jobs/runner.py).
+
+    Runs in the caller's transaction: in autocommit mode (the runner) it commits alone;
+    inside a transaction the caller's commit decides. `want_more` asks whether another due
+    job waits beyond this claim (an `EXISTS`, so the runner asks once per drain).
 
     As a transaction of its own it commits asynchronously (`synchronous_commit` off for it
     alone; the WAL flush was half a job's wall time). A server crash (not a worker's) may
@@ -142,31 +144,40 @@ def job_finish_and_claim(
     crashed that much earlier): a lost completion leaves the job `processing` until the
     reaper re-queues it, a lost claim leaves it queued with the attempt undone; either way
     it runs again, as after a worker crash at that moment. Nothing else is lost with it:
-    the job wrote nothing in its transaction, and whatever a handler commits itself
-    (synchronously) flushes the claim before it. Inside a caller's transaction the
-    caller's commit decides, and stays synchronous.
+    the jobs it completes wrote nothing in their handlers' transactions, and whatever a
+    handler commits itself (synchronously) flushes the claim before it.
     """
+    config = get_config()
     with connection.cursor() as cursor:
         cursor.execute(
-            _FINISH_AND_CLAIM_SQL,
+            _RUNNER_STEP_SQL,
             [
-                None if done is None else done.id,
                 worker,
+                [pk for pk, _ago in done],
+                [float(ago) for _pk, ago in done],
+                None if mark is None else mark[0],
+                None if mark is None else float(mark[1]),
+                list(release),
                 claim,
-                float(get_config().lease_seconds),
+                config.claim_max_bytes,
+                float(config.lease_seconds),
                 want_more,
                 connection.get_autocommit(),  # its own transaction: commit without the flush
             ],
         )
-        completed, pk, kind, payload, attempts, max_attempts, more = cursor.fetchone()
-    claimed = (
-        None
-        if pk is None
-        else ClaimedJob(
-            id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=max_attempts
-        )
+        rows = cursor.fetchall()
+    completed, released = rows[0][0], rows[0][1]
+    claimed = [
+        ClaimedJob(id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=m)
+        for _c, _r, pk, kind, payload, attempts, m, _more in rows
+        if pk is not None
+    ]
+    return Step(
+        completed=frozenset(completed),
+        released=released,
+        claimed=claimed,
+        more_due=bool(rows[0][7]),
     )
-    return Step(completed=completed == 1, claimed=claimed, more_due=bool(more))
 
 
 def _claim(*, worker: str, limit: int) -> tuple[list[ClaimedJob], bool]:
@@ -229,13 +240,18 @@ RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run
 """
 
 
-# The runner's one statement per job: the function of migration 0008 (its plan is kept by
-# the server session; the statement is there, with why each part is as it is).
-_FINISH_AND_CLAIM_SQL = "SELECT * FROM jobs_finish_and_claim(%s, %s, %s, %s, %s, %s)"
+# The runner's one statement: the function of migration jobs/0010 (its plan is kept by the
+# server session; the statement is there, with why each part is as it is). Nothing is kept
+# in the client's session, so it works behind PgBouncer in transaction pooling.
+_RUNNER_STEP_SQL = (
+    "SELECT * FROM jobs_runner_step(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
+    "%s, %s, %s, %s, %s)"
+)
 
 
-def job_complete(*, job: ClaimedJob, worker: str) -> None:
-    """Mark the job completed, inside the handler's transaction, if `worker` still owns it.
+def job_complete(*, job: ClaimedJob, worker: str, started_ago: float = 0.0) -> None:
+    """Mark the job completed, inside the handler's transaction, if `worker` still owns it;
+    its handler started `started_ago` seconds ago (stamped on the database's clock).
 
     Raises LeaseLost otherwise, which rolls the handler's work back with it: the reaper has
     already put the row back in the queue (or failed it), and that state wins. Plain SQL
@@ -243,7 +259,7 @@ def job_complete(*, job: ClaimedJob, worker: str) -> None:
     (bench/jobs.py).
     """
     with connection.cursor() as cursor:
-        cursor.execute(_COMPLETE_SQL, [job.id, worker])
+        cursor.execute(_COMPLETE_SQL, [max(started_ago, 0.0), job.id, worker])
         updated = cursor.rowcount
     if updated != 1:
         raise LeaseLost(f"job #{job.id} is no longer owned by {worker} (reaped?)")
@@ -252,12 +268,15 @@ def job_complete(*, job: ClaimedJob, worker: str) -> None:
 _COMPLETE_SQL = f"""
 UPDATE {Job._meta.db_table}
 SET status = '{Status.COMPLETED}', completed_at = clock_timestamp(), locked_by = '',
-    lease_expires_at = NULL
+    lease_expires_at = NULL,
+    started_at = coalesce(started_at, clock_timestamp() - make_interval(secs => %s))
 WHERE id = %s AND locked_by = %s AND status = '{Status.PROCESSING}'
 """  # table and status values are constants; the values are parameters
 
 
-def job_record_failure(*, job: ClaimedJob, worker: str, exc: BaseException) -> str:
+def job_record_failure(
+    *, job: ClaimedJob, worker: str, exc: BaseException, started_ago: float = 0.0
+) -> str:
     """Record a failed attempt in its own transaction; return 'retried', 'failed' or 'lost'.
 
     The caller has already rolled the handler's transaction back (COR-17): this must never
@@ -269,7 +288,14 @@ def job_record_failure(*, job: ClaimedJob, worker: str, exc: BaseException) -> s
     other and backs off: a handler that always raises one must not spin.
     """
     error = format_error(exc)
-    fields: dict[str, Any] = {"locked_by": "", "lease_expires_at": None, "last_error": error}
+    fields: dict[str, Any] = {
+        "locked_by": "",
+        "lease_expires_at": None,
+        "last_error": error,
+        # the handler's start, if the runner had not written it yet (a batch claim leaves
+        # it NULL until then), on the database's clock
+        "started_at": Coalesce(F("started_at"), _db_now_plus(-max(started_ago, 0.0))),
+    }
     if isinstance(exc, PermanentJobError) or job.attempts >= job.max_attempts:
         outcome = "failed"
         fields.update(status=Status.FAILED, failed_at=Now())

@@ -15,6 +15,7 @@ writes it at most once per CURRENT_WRITE_MIN_SECONDS.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -140,8 +141,14 @@ def beacon_running(*, role: str) -> Iterator[Beacon]:
 
 def register_spawned_worker(sender: Any = None, proc_name: str = "", **kwargs: Any) -> None:
     """django-q2's post_spawn, in each new worker process: register it and beat until the
-    sentinel ends it."""
+    sentinel ends it.
+
+    django-q2 also sends it in the calling process when it runs a task synchronously
+    (`sync=True`, Q_SYNC): that is a web or test process, not a qcluster worker, and each
+    such task would start another beat thread that never stops."""
     global _beacon
+    if multiprocessing.parent_process() is None:
+        return
     beacon = Beacon(role="qcluster worker")
     beacon.start()
     _beacon = beacon

@@ -71,3 +71,22 @@ def test_register_deletes_rows_past_the_retention():
     WorkerProcess.objects.filter(pk=old).update(heartbeat_at=_db_now() - timedelta(days=8))
     new = services.process_register(role="run_jobs", interval=1.0)
     assert list(WorkerProcess.objects.values_list("pk", flat=True)) == [new]
+
+
+def test_a_task_run_synchronously_in_this_process_starts_no_worker_beacon():
+    """django-q2 sends post_spawn in the calling process when it runs a task with sync=True
+    (Q_SYNC): a web or test process is not a qcluster worker. Each such task started a beat
+    thread that never stopped, and it re-registered its row whenever the row went (a later
+    test's flush: it showed as a live "qcluster worker" there)."""
+    import threading
+
+    from django_q.signals import post_spawn
+
+    from processes import beacon
+
+    post_spawn.send(sender="django_q", proc_name="MainProcess")
+    post_spawn.send(sender="django_q", proc_name="MainProcess")
+
+    assert beacon._beacon is None
+    assert not [t for t in threading.enumerate() if t.name.startswith("process-beacon-")]
+    assert not WorkerProcess.objects.exists()
