@@ -14,8 +14,9 @@ interleaved (the order rotates every round: load drifts), all in this one proces
 - **bare loop, batch claim**: the floor of what PostgreSQL can do: a psycopg loop claiming
   20 rows per statement (`UPDATE … FROM (SELECT … FOR UPDATE SKIP LOCKED)`), then
   completing the 20 in one statement; a table of the same shape (`LIKE jobs_job INCLUDING
-  ALL`) with only the wake-up triggers. It holds up to 19 jobs it has not started (what
-  issue 22's point 4 forbids the runner).
+  ALL`) with only the wake-up triggers. It holds up to 19 jobs it has not started however
+  long the running one takes (the runner gives them back after
+  JOBS_HOLD_UNSTARTED_SECONDS, issue 22's point 4).
 - **bare loop, one-row claim** (`--one-row`): the same loop claiming one row and completing
   it in a transaction of its own (two commits a job).
 - **pgqueuer 1.6**: its `QueueManager` in drain mode on a psycopg async connection, default

@@ -188,7 +188,10 @@ def _settle(batch: _Batch, summary: RunSummary) -> None:
     if done or unstarted:
         try:
             step = services.job_runner_step(
-                worker=summary.worker, done=_ago(done), release=[job.id for job in unstarted]
+                worker=summary.worker,
+                done=_ago(done),
+                release=[job.id for job in unstarted],
+                durable=bool(unstarted),
             )
         except DatabaseError:  # do not mask the error that stopped us
             summary.lost += len(done)
@@ -455,7 +458,10 @@ class _Keeper(threading.Thread):
                 # which the handler's own transaction takes last (job_complete) while it may
                 # hold a counter shard this statement's triggers wait for.
                 step = services.job_runner_step(
-                    worker=self.worker, done=_ago(done), release=[job.id for job in release]
+                    worker=self.worker,
+                    done=_ago(done),
+                    release=[job.id for job in release],
+                    durable=True,
                 )
                 with batch.lock:
                     batch.released += step.released

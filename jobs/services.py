@@ -120,6 +120,7 @@ def job_runner_step(
     release: Sequence[int] = (),
     claim: int = 0,
     want_more: bool = False,
+    durable: bool = False,
 ) -> Step:
     """The runner's one statement (migration jobs/0010, `jobs_runner_step`): complete the
     jobs in `done` (id, seconds since its handler started), mark `mark` (id, seconds since
@@ -145,7 +146,9 @@ def job_runner_step(
     reaper re-queues it, a lost claim leaves it queued with the attempt undone; either way
     it runs again, as after a worker crash at that moment. Nothing else is lost with it:
     the jobs it completes wrote nothing in their handlers' transactions, and whatever a
-    handler commits itself (synchronously) flushes the claim before it.
+    handler commits itself (synchronously) flushes the claim before it. `durable` keeps the
+    flush: the keeper's hand-back must not be lost while its worker goes on as if it were
+    done (the rows would stay held by this run, their lease renewed, none of them run).
     """
     config = get_config()
     with connection.cursor() as cursor:
@@ -162,7 +165,8 @@ def job_runner_step(
                 config.claim_max_bytes,
                 float(config.lease_seconds),
                 want_more,
-                connection.get_autocommit(),  # its own transaction: commit without the flush
+                # its own transaction: commit without the flush
+                connection.get_autocommit() and not durable,
             ],
         )
         rows = cursor.fetchall()

@@ -24,7 +24,7 @@ from ops.durations import humanize_seconds
 from ops.models import JobPeriod
 from project.pg_time import DateBin
 
-# Upper bounds (seconds): those of migration 0003's ops_job_period() (and of 0002's metrics).
+# Upper bounds (seconds): those of migration 0004's ops_job_statement() (and of /metrics).
 DURATION_BOUNDS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 WAIT_BOUNDS = (0.1, 0.5, 1, 2.5, 5, 15, 60, 300, 900, 3600, 21600)
 PERIOD = timedelta(minutes=30)  # the trigger's date_bin (migration 0003)

@@ -78,10 +78,11 @@ class JobPeriod(models.Model):
     failed for good and retried (ended in that period), the histogram of their durations,
     and the histogram of the queue waits of attempts started in it (start minus due time).
 
-    Kept by the row trigger of migration 0003 in the transaction of each claim and each end
-    of an attempt, like MetricSeries; unlike it, windowed, so the health page reads its 24 h
-    per-kind table and its 24 h and 7 d jobs charts from at most periods × kinds × 8 rows
-    through the (start, kind, shard) index, whatever the size of the jobs table (issue 20).
+    Kept by the statement trigger of migration 0004 (0003's row trigger before it) in the
+    transaction that records each start and each end of an attempt, like MetricSeries;
+    unlike it, windowed, so the health page reads its 24 h per-kind table and its 24 h and
+    7 d jobs charts from at most periods × kinds × 8 rows through the (start, kind, shard)
+    index, whatever the size of the jobs table (issue 20).
     Bucket bounds are ops.job_periods.DURATION_BOUNDS and WAIT_BOUNDS (changing them needs a
     new table). Rows older than JOB_PERIODS_KEPT are pruned hourly. `shard` is the writing
     backend's pid modulo 8 (fewer row-lock queues between workers).

@@ -15,7 +15,7 @@ from django.db import connection
 
 from jobs import enqueue
 from jobs.models import Job
-from jobs.services import job_claim_batch
+from jobs.services import job_claim_batch, job_runner_step
 
 pytestmark = pytest.mark.django_db
 
@@ -60,3 +60,20 @@ def test_small_payloads_are_bounded_by_count_alone(settings):
     settings.JOBS_CLAIM_MAX_BYTES = 1_000_000
     _enqueue(30, 100)
     assert len(job_claim_batch(worker="w1", limit=20)) == 20
+
+
+def test_the_runners_batch_claim_keeps_the_same_byte_bound(settings):
+    """The runner's own statement (job_runner_step) claims batches too since issue 22,
+    point 5: the same bound, and a job larger than it still runs, alone."""
+    settings.JOBS_CLAIM_MAX_BYTES = 1_000_000
+    ids = _enqueue(5, PAYLOAD_CHARS)
+
+    first = job_runner_step(worker="w1", claim=20).claimed
+    assert len(first) == 3
+    assert _stored_sizes([job.id for job in first]) <= 1_000_000
+    second = job_runner_step(worker="w2", claim=20).claimed
+    assert sorted(job.id for job in first + second) == sorted(ids)
+
+    settings.JOBS_CLAIM_MAX_BYTES = 100_000
+    big = _enqueue(1, PAYLOAD_CHARS)
+    assert [job.id for job in job_runner_step(worker="w3", claim=20).claimed] == big

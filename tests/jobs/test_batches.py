@@ -1,0 +1,120 @@
+"""Issue 22, points 4 and 5 together: the runner claims a batch per statement (throughput),
+and gives back at once what it has not started when a job runs long (no head-of-line
+blocking). The figures the triggers keep stay right when a statement moves many rows."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+from django.db.models import Sum
+
+from jobs import enqueue, run_pending
+from jobs.models import Job, JobAttempt
+from ops.models import JobPeriod, MetricSeries
+from tests.support.processes import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _drain_in_thread(result: dict) -> threading.Thread:
+    def drain() -> None:
+        try:
+            result["summary"] = run_pending()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=drain)
+    thread.start()
+    return thread
+
+
+def test_jobs_claimed_behind_a_long_one_go_back_at_once_and_the_long_one_shows_its_start(
+    tmp_path, settings
+):
+    settings.JOBS_HOLD_UNSTARTED_SECONDS = 0.05
+    block, log = tmp_path / "block", tmp_path / "log"
+    block.touch()
+    slow = enqueue("tests.blocking", {"n": 1, "log": str(log), "block": str(block)}, priority=9)
+    quick = [enqueue("tests.noop", {"n": n}).pk for n in range(5)]
+    result: dict = {}
+    thread = _drain_in_thread(result)
+    try:
+        wait_until(lambda: log.exists(), "the long job started")
+        # Claimed with it in one batch, the quick ones are back in the queue for an idle
+        # worker: no attempt spent, no owner, and no attempt in their history.
+        wait_until(
+            lambda: (
+                Job.objects.filter(
+                    pk__in=quick, status=Job.Status.QUEUED, attempts=0, locked_by=""
+                ).count()
+                == 5
+            ),
+            "the unstarted claims given back",
+            timeout=2,
+        )
+        assert not JobAttempt.objects.filter(job_id__in=quick).exists()
+        # The long job shows its start and its running attempt while it runs.
+        wait_until(lambda: JobAttempt.objects.filter(job_id=slow.pk).exists(), "marked")
+        slow.refresh_from_db()
+        assert slow.status == Job.Status.PROCESSING and slow.started_at is not None
+        attempt = JobAttempt.objects.get(job_id=slow.pk)
+        assert (attempt.outcome, attempt.number, attempt.started_at) == (
+            "running",
+            1,
+            slow.started_at,
+        )
+    finally:
+        block.unlink()
+        thread.join(60)
+
+    summary = result["summary"]
+    # The drain took the quick ones again once the long one was done.
+    assert (summary.completed, summary.released, summary.lost) == (6, 5, 0)
+    assert set(Job.objects.values_list("status", "attempts")) == {(Job.Status.COMPLETED, 1)}
+    outcomes = sorted(JobAttempt.objects.values_list("job_id", "number", "outcome"))
+    assert outcomes == sorted([(slow.pk, 1, "completed")] + [(pk, 1, "completed") for pk in quick])
+    slow_attempt = JobAttempt.objects.get(job_id=slow.pk)
+    slow.refresh_from_db()
+    assert slow_attempt.started_at == slow.started_at
+    assert slow_attempt.finished_at == slow.completed_at
+
+
+def test_a_drain_of_many_batches_keeps_every_count_rate_and_period(settings):
+    """A statement moves up to JOBS_CLAIM_BATCH_SIZE rows; the statement triggers must count
+    each job once: completed, duration and queue-wait observations, per kind."""
+    settings.JOBS_CLAIM_BATCH_SIZE = 7
+    for n in range(30):
+        enqueue("tests.noop", {"n": n})
+    for n in range(4):
+        enqueue("tests.permanent", {"n": n})
+
+    summary = run_pending()
+
+    assert (summary.completed, summary.failed) == (30, 4)
+
+    def metric(name: str, label: str) -> int:
+        return (
+            MetricSeries.objects.filter(metric=name, label=label).aggregate(n=Sum("count"))["n"]
+            or 0
+        )
+
+    assert metric("jobs_completed", "tests.noop") == 30
+    assert metric("job_duration_seconds", "tests.noop") == 30
+    assert metric("job_queue_wait_seconds", "tests.noop") == 30
+    assert metric("jobs_failed", "tests.permanent") == 4
+    assert metric("job_attempts_failed", "tests.permanent") == 4
+    assert metric("job_queue_wait_seconds", "tests.permanent") == 4
+    for series in MetricSeries.objects.filter(metric="job_duration_seconds"):
+        assert sum(series.buckets) == series.count
+    periods = JobPeriod.objects.filter(kind="tests.noop")
+    assert sum(p.completed for p in periods) == 30
+    assert sum(sum(p.durations) for p in periods) == 30
+    assert sum(sum(p.waits) for p in periods) == 30
+    failed = JobPeriod.objects.filter(kind="tests.permanent")
+    assert sum(p.failed for p in failed) == 4
+    assert sum(sum(p.waits) for p in failed) == 4
+    attempts = JobAttempt.objects.values_list("outcome", flat=True)
+    assert sorted(set(attempts)) == ["completed", "failed"] and len(attempts) == 34
+    assert not JobAttempt.objects.filter(started_at__isnull=True).exists()
