@@ -4,30 +4,16 @@ blocking). The figures the triggers keep stay right when a statement moves many 
 
 from __future__ import annotations
 
-import threading
-
 import pytest
-from django.db import connection
 from django.db.models import Sum
 
 from jobs import enqueue, run_pending
 from jobs.models import Job, JobAttempt
 from ops.models import JobPeriod, MetricSeries
 from tests.support.processes import wait_until
+from tests.support.threads import drain_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _drain_in_thread(result: dict) -> threading.Thread:
-    def drain() -> None:
-        try:
-            result["summary"] = run_pending()
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=drain)
-    thread.start()
-    return thread
 
 
 def test_jobs_claimed_behind_a_long_one_go_back_at_once_and_the_long_one_shows_its_start(
@@ -39,7 +25,7 @@ def test_jobs_claimed_behind_a_long_one_go_back_at_once_and_the_long_one_shows_i
     slow = enqueue("tests.blocking", {"n": 1, "log": str(log), "block": str(block)}, priority=9)
     quick = [enqueue("tests.noop", {"n": n}).pk for n in range(5)]
     result: dict = {}
-    thread = _drain_in_thread(result)
+    thread = drain_in_thread(result)
     try:
         wait_until(lambda: log.exists(), "the long job started")
         # Claimed with it in one batch, the quick ones are back in the queue for an idle

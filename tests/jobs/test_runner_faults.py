@@ -3,7 +3,6 @@ database connections that die under the drain and under its heartbeat (issue 11)
 
 from __future__ import annotations
 
-import threading
 from datetime import timedelta
 
 import pytest
@@ -16,6 +15,7 @@ from jobs import enqueue, run_pending
 from jobs.models import Job
 from jobs.reaper import jobs_reap_stale
 from tests.support.processes import wait_until
+from tests.support.threads import drain_in_thread
 
 User = get_user_model()
 
@@ -91,15 +91,7 @@ def test_d4_heartbeat_reconnects_so_a_live_job_is_never_reaped(settings, tmp_pat
     block.touch()
     job = enqueue("tests.blocking", {"log": str(log), "block": str(block), "n": 1})
     result: dict = {}
-
-    def drain() -> None:
-        try:
-            result["summary"] = run_pending()
-        finally:
-            connection.close()
-
-    runner = threading.Thread(target=drain)
-    runner.start()
+    runner = drain_in_thread(result)
     try:
         wait_until(lambda: log.exists() and "start" in log.read_text(), "the job to start")
         wait_until(lambda: _terminate_heartbeat_backends() > 0, "the heartbeat's connection")

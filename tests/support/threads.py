@@ -70,3 +70,19 @@ class Background:
         if self._error:
             raise self._error[0]
         return self._outcome[0]
+
+
+def drain_in_thread(result: dict) -> threading.Thread:
+    """Start `run_pending()` in a thread, as a worker process's drain runs beside the test;
+    its summary lands in `result["summary"]`, and the thread closes its own connection."""
+    from jobs import run_pending
+
+    def drain() -> None:
+        try:
+            result["summary"] = run_pending()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=drain)
+    thread.start()
+    return thread
