@@ -150,8 +150,7 @@ def run_pending(
             if step is None:  # the connection stayed lost: completions unknown, reaper decides
                 summary.lost += len(done)
                 break
-            for job, _started in done:
-                _count_completion(job, job.id in step.completed, summary)
+            _count_completions(done, step.completed, summary)
             if not step.claimed:
                 break
             batch.add(step.claimed)
@@ -203,12 +202,19 @@ def _settle(batch: _Batch, summary: RunSummary) -> None:
                 extra={"action": "jobs_release_failed"},
             )
         else:
-            for job, _started in done:
-                _count_completion(job, job.id in step.completed, summary)
+            _count_completions(done, step.completed, summary)
             batch.released += step.released
     for job, completed in batch.settled:
         _count_completion(job, completed, summary)
     summary.released = batch.released
+
+
+def _count_completions(
+    done: list[tuple[services.ClaimedJob, float]], completed: frozenset[int], summary: RunSummary
+) -> None:
+    """Count the completions one statement sent: `completed` holds the ids it completed."""
+    for job, _started in done:
+        _count_completion(job, job.id in completed, summary)
 
 
 def _count_completion(job: services.ClaimedJob, completed: bool, summary: RunSummary) -> None:

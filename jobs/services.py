@@ -329,20 +329,11 @@ def job_retry_delay(attempts: int) -> float:
 def job_release(*, worker: str, job_ids: list[int]) -> int:
     """Give back claimed jobs this worker never started (it is stopping, or its drain ran out
     of time): their attempt is undone, so neither a graceful shutdown nor a drain deadline
-    burns attempts of a whole batch."""
+    burns attempts of a whole batch. The runner's own statement does it (`release`); this
+    is that, alone and flushed, for claims taken with `job_claim_batch`."""
     if not job_ids:
         return 0
-    with transaction.atomic():
-        return Job.objects.filter(
-            pk__in=job_ids, locked_by=worker, status=Status.PROCESSING
-        ).update(
-            status=Status.QUEUED,
-            attempts=F("attempts") - 1,
-            locked_by="",
-            started_at=None,
-            heartbeat_at=None,
-            lease_expires_at=None,
-        )
+    return job_runner_step(worker=worker, release=job_ids, durable=True).released
 
 
 def job_heartbeat(*, worker: str) -> int:
