@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from jobs.conf import get_config
@@ -55,6 +55,7 @@ KEEPALIVES = {  # libpq TCP keepalives (DATABASES' OPTIONS has the same for ever
     "keepalives_interval": 10,
     "keepalives_count": 3,
 }
+WAKE_LOCK_KEY = 0x6A6F6273_77616B65 & 0x7FFFFFFFFFFFFFFF  # "jobswake": request_wake's xact lock
 MAX_TIMERS = 1000  # due times remembered; the look-ahead re-arms after the earliest fires
 
 
@@ -95,10 +96,15 @@ def send_wake_task() -> None:
 
 def request_wake(*, workers: int, funcs: dict[int, str] | None = None) -> bool:
     """Send a wake task unless one is pending or `workers` + 1 are outstanding; True if sent."""
-    outstanding, pending = wake_tasks_in_broker(funcs=funcs)
-    if pending or outstanding >= workers + 1:
-        return False
-    send_wake_task()
+    # Count and send under one transaction-level lock (PgBouncer-safe): the listener and
+    # every worker's drain ask, and a count-then-send without it let two of them pass the
+    # bound together (5 wake tasks with 2 workers, once a drain took batches).
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [WAKE_LOCK_KEY])
+        outstanding, pending = wake_tasks_in_broker(funcs=funcs)
+        if pending or outstanding >= workers + 1:
+            return False
+        send_wake_task()  # the ORM broker writes on this connection: it commits with the lock
     return True
 
 
