@@ -68,10 +68,17 @@ class FeedbackOutcome:
 
 
 def feedback_record(
-    *, address: str, kind: str, source: str, report: str, now: datetime, event_key: str
+    *,
+    address: str,
+    kind: str,
+    source: str,
+    report: str,
+    now: datetime,
+    event_key: str | None = None,
 ) -> FeedbackOutcome | None:
     """Record one bounce or complaint and apply the rules; None when a report with the same
-    `event_key` (feedback_event_key) is already recorded. Call it in the caller's transaction
+    `event_key` (feedback_event_key) is already recorded. Both doors (SNS events, inbound
+    reports) pass the key; None records without one (nothing to deduplicate against). Call it in the caller's transaction
     (the inbound intake's, so a rolled-back mail leaves no feedback behind).
 
     The key is claimed by the insert itself (a unique constraint, in a savepoint): a
