@@ -78,8 +78,9 @@ def feedback_record(
 ) -> FeedbackOutcome | None:
     """Record one bounce or complaint and apply the rules; None when a report with the same
     `event_key` (feedback_event_key) is already recorded. Both doors (SNS events, inbound
-    reports) pass the key; None records without one (nothing to deduplicate against). Call it in the caller's transaction
-    (the inbound intake's, so a rolled-back mail leaves no feedback behind).
+    reports) pass the key; None records without one (nothing to deduplicate against). Call
+    it in the caller's transaction (the inbound intake's, so a rolled-back mail leaves no
+    feedback behind).
 
     The key is claimed by the insert itself (a unique constraint, in a savepoint): a
     concurrent insert of the same key waits for the first transaction and then fails, so no

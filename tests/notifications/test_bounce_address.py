@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 
 import pytest
 from django.core import mail
@@ -19,7 +18,6 @@ from inbound_email import stores
 from inbound_email.models import InboundEmail
 from inbound_email.poller import poll_once
 from inbound_email.stores import FolderStore, store_from_url
-from notifications import sns_certificates
 from notifications.models import (
     DeliveryFeedback,
     EmailNotification,
@@ -28,7 +26,7 @@ from notifications.models import (
 )
 from notifications.sweeps import sweep_new_proposals
 from tests.support import delivery_reports as reports
-from tests.support.sns import TOPIC, SnsSigner, ses_bounce
+from tests.support.sns import ses_bounce
 
 GONE = "gone.pi@example.net"
 BASE = "https://assistant.example.org"
@@ -49,16 +47,6 @@ def folder_store(settings, tmp_path) -> FolderStore:
 def locmem(settings) -> None:
     settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
     settings.PUBLIC_BASE_URL = BASE
-
-
-@pytest.fixture
-def signer(settings) -> Iterator[SnsSigner]:
-    settings.SES_EVENTS_TOPIC_ARNS = [TOPIC]
-    with SnsSigner() as signer:
-        settings.SES_EVENTS_TRUSTED_CERT_URLS = [signer.cert_url]
-        sns_certificates.forget_certificates()
-        yield signer
-    sns_certificates.forget_certificates()
 
 
 def _mail_one(make_pi, **fields):

@@ -5,26 +5,15 @@ list. Signed here with a local test certificate (tests/support/sns.py)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
 from notifications import sns_certificates
 from notifications.models import DeliveryFeedback, Suppression
-from tests.support.sns import TOPIC, SnsSigner, ses_bounce, ses_complaint
+from tests.support.sns import ses_bounce, ses_complaint
 
 pytestmark = pytest.mark.django_db
 URL = "/ses/events"
-
-
-@pytest.fixture
-def signer(settings) -> Iterator[SnsSigner]:
-    settings.SES_EVENTS_TOPIC_ARNS = [TOPIC]
-    with SnsSigner() as signer:
-        settings.SES_EVENTS_TRUSTED_CERT_URLS = [signer.cert_url]
-        sns_certificates.forget_certificates()
-        yield signer
-    sns_certificates.forget_certificates()
 
 
 def _post(client, message):

@@ -14,21 +14,10 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
-from notifications import sns_certificates
 from notifications.models import DeliveryFeedback, Suppression
-from tests.support.sns import TOPIC, SnsSigner, ses_bounce
+from tests.support.sns import ses_bounce
 
 DELIVERIES = 6
-
-
-@pytest.fixture
-def signer(settings) -> Iterator[SnsSigner]:
-    settings.SES_EVENTS_TOPIC_ARNS = [TOPIC]
-    with SnsSigner() as signer:
-        settings.SES_EVENTS_TRUSTED_CERT_URLS = [signer.cert_url]
-        sns_certificates.forget_certificates()
-        yield signer
-    sns_certificates.forget_certificates()
 
 
 @pytest.fixture

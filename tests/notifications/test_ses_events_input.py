@@ -7,17 +7,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from notifications import sns_certificates
 from notifications.models import DeliveryFeedback
 from tests.support.silent_server import SilentServer
-from tests.support.sns import TOPIC, SnsSigner, ses_bounce
+from tests.support.sns import TOPIC, ses_bounce
 
 pytestmark = pytest.mark.django_db
 URL = "/ses/events"
@@ -27,17 +25,6 @@ FUZZ = hypothesis_settings(
     derandomize=True,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-
-
-@pytest.fixture
-def signer(settings) -> Iterator[SnsSigner]:
-    settings.SES_EVENTS_TOPIC_ARNS = [TOPIC]
-    settings.SES_EVENTS_FETCH_DEADLINE_SECONDS = 0.5
-    with SnsSigner() as signer:
-        settings.SES_EVENTS_TRUSTED_CERT_URLS = [signer.cert_url]
-        sns_certificates.forget_certificates()
-        yield signer
-    sns_certificates.forget_certificates()
 
 
 def _post_bytes(client, body: bytes):

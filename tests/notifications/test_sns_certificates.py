@@ -6,14 +6,13 @@ look-up. Signed with the local test certificate (tests/support/sns.py)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
 from notifications import sns_certificates
 from notifications.models import DeliveryFeedback
 from tests.support.silent_server import SilentServer
-from tests.support.sns import TOPIC, SnsSigner, ses_bounce
+from tests.support.sns import ses_bounce
 from tests.support.trickle_server import TrickleServer
 
 pytestmark = pytest.mark.django_db
@@ -49,17 +48,6 @@ NOT_SNS_URLS = [
     "https://[sns.us-east-1.amazonaws.com/x.pem",
     "",
 ]
-
-
-@pytest.fixture
-def signer(settings) -> Iterator[SnsSigner]:
-    settings.SES_EVENTS_TOPIC_ARNS = [TOPIC]
-    settings.SES_EVENTS_FETCH_DEADLINE_SECONDS = 0.5
-    with SnsSigner() as signer:
-        settings.SES_EVENTS_TRUSTED_CERT_URLS = [signer.cert_url]
-        sns_certificates.forget_certificates()
-        yield signer
-    sns_certificates.forget_certificates()
 
 
 def _post(client, message):
@@ -129,6 +117,7 @@ def test_a_certificate_that_trickles_in_is_abandoned_at_the_total_deadline(
     client, signer, settings
 ):
     """Each read gets a few bytes in time, so only a total deadline (0.5 s here) stops it."""
+    settings.SES_EVENTS_FETCH_DEADLINE_SECONDS = 0.5
     with TrickleServer(signer.pem, chunk=40, interval=0.05) as server:
         cert_url = f"{server.url}/SimpleNotificationService-slow.pem"
         settings.SES_EVENTS_TRUSTED_CERT_URLS = [cert_url]
