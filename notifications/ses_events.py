@@ -82,8 +82,9 @@ def topic_arns() -> tuple[str, ...]:
     return get_config().ses_events_topic_arns
 
 
-def parse_message(body: bytes) -> dict[str, str]:
-    """The SNS envelope: a JSON object of strings (what SNS posts), or Refused(400)."""
+def parse_message(body: bytes) -> dict[str, Any]:
+    """The SNS envelope: a JSON object of strings (what SNS posts; MessageAttributes, unsigned
+    and unused here, may be an object), or Refused(400)."""
     if len(body) > get_config().ses_events_max_body_bytes:
         raise Refused(400, "body too large for an SNS message")
     try:
@@ -98,6 +99,8 @@ def parse_message(body: bytes) -> dict[str, str]:
     if not isinstance(message, dict):
         raise Refused(400, "body is not an SNS message (a JSON object)")
     for name, value in message.items():
+        if name == "MessageAttributes" and isinstance(value, dict):
+            continue
         if not isinstance(value, str):
             raise Refused(400, f"field {name[:50]!r} of the SNS message is not a string")
         if not _storable(value):
@@ -120,7 +123,7 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def verify(message: dict[str, str]) -> None:
+def verify(message: dict[str, Any]) -> None:
     """Refused unless the message comes from an allowed topic and its signature holds. The
     cheap checks come first: only a message that passes them may cost a certificate fetch."""
     if message.get("TopicArn") not in topic_arns():
@@ -154,7 +157,7 @@ class Handled:
     recorded: int = 0
 
 
-def handle(message: dict[str, str], *, now: datetime) -> Handled:
+def handle(message: dict[str, Any], *, now: datetime) -> Handled:
     """Act on a verified SNS message."""
     kind = message.get("Type")
     if kind == "SubscriptionConfirmation":
@@ -190,7 +193,7 @@ def handle(message: dict[str, str], *, now: datetime) -> Handled:
     return Handled(str(_event_type(event) or "ignored").lower()[:50])
 
 
-def _confirm_subscription(message: dict[str, str]) -> None:
+def _confirm_subscription(message: dict[str, Any]) -> None:
     url = message.get("SubscribeURL", "")
     if url not in get_config().ses_events_trusted_subscribe_urls and not on_sns_endpoint(
         url, path=_SUBSCRIBE_PATH

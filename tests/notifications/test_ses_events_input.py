@@ -247,3 +247,11 @@ def test_a_well_formed_signed_bounce_still_counts(client, signer):
     )
     assert response.status_code == 200, response.content
     assert DeliveryFeedback.objects.get().address == "gone@example.net"
+
+
+def test_message_attributes_are_the_one_field_that_may_be_an_object(client, signer):
+    """SNS adds MessageAttributes (unsigned) when the publisher set some: not garbage."""
+    message = signer.notification(ses_bounce("gone@example.net"))
+    message["MessageAttributes"] = {"source": {"Type": "String", "Value": "ses"}}
+    response = _post_bytes(client, json.dumps(message).encode())
+    assert response.status_code == 200, response.content
