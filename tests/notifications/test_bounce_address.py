@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 
 import pytest
 from django.core import mail
@@ -18,6 +19,7 @@ from inbound_email import stores
 from inbound_email.models import InboundEmail
 from inbound_email.poller import poll_once
 from inbound_email.stores import FolderStore, store_from_url
+from notifications.bounce_address import BOUNCE_REPORT_DAYS
 from notifications.models import (
     DeliveryFeedback,
     EmailNotification,
@@ -87,6 +89,23 @@ def test_a_report_to_the_envelope_sender_counts(make_pi, locmem, folder_store):
     assert InboundEmail.objects.get().reason == "bounce"
     suppression = Suppression.objects.get()
     assert (suppression.address, suppression.reason) == (GONE, "hard_bounce")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_report_to_the_envelope_sender_past_the_window_does_not_count(
+    make_pi, locmem, folder_store
+):
+    """A bounce comes within days of the send; past BOUNCE_REPORT_DAYS the address proves
+    nothing (what a copy forwarded with all its headers could still show, expires)."""
+    pi, row = _mail_one(make_pi)
+    EmailNotification.objects.filter(pk=row.pk).update(
+        sent_at=timezone.now() - BOUNCE_REPORT_DAYS - timedelta(hours=1)
+    )
+    envelope = mail.outbox[0].from_email
+    folder_store.put("late", reports.addressed_to(reports.gmail_hard_bounce(GONE), envelope))
+    poll_once()
+    assert "not recorded" in InboundEmail.objects.get().detail
+    assert not DeliveryFeedback.objects.exists() and not Suppression.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
