@@ -135,9 +135,9 @@ def main() -> int:
                 EMAIL_SENDER="ses", SES_REGION="us-east-1", NOTIFICATION_SEND_RATE=1e6
             ),
         ):
-            boto3.client("ses", region_name="us-east-1").verify_email_identity(
-                EmailAddress="assistant@localhost"
-            )
+            client = boto3.client("ses", region_name="us-east-1")
+            client.verify_email_identity(EmailAddress="assistant@localhost")
+            client.verify_domain_identity(Domain="reply.localhost")  # the envelope senders
             ses = _run("new_proposal", "new_proposal", now=t0, **common)
             _run("review", "proposal_review", now=t0, **common)
             _run("expiry", "proposal_review", now=t0 + timedelta(hours=73), **common)

@@ -13,8 +13,13 @@ reply parsing: they used to be rejected as replies, and the address was mailed a
 
 `read_delivery_report` only reads; `delivery_report_record` hands each finding to the
 notifications app's suppression list (`notifications.suppression.feedback_record`), in the
-intake's transaction, when the report quotes the reply token of a mail to that address (a
-forged report cannot suppress an address).
+intake's transaction, when the report is addressed to the envelope sender (VERP bounce
+address, `notifications/bounce_address.py`) of a notification sent to that address within
+BOUNCE_REPORT_DAYS (issue 28.5). Quoting a reply token proves nothing: every copy of the mail
+shows it (Reply-To, the List-Unsubscribe mailto), so anyone holding a forwarded copy could
+forge a "bounce" with it. Each finding is keyed on the bounced message (the notification's
+SES message id), the recipient and the kind, as the SNS events are, so one bounce reported
+both ways counts once.
 """
 
 from __future__ import annotations
@@ -31,8 +36,9 @@ from flufl.bounce import all_failures
 
 from inbound_email.parse_limits import ParseLimits, limited_parser
 from inbound_email.parsing import ParsedMail
-from notifications.models import DeliveryFeedback
-from notifications.suppression import FeedbackOutcome, addresses_mailed, feedback_record
+from notifications.bounce_address import BOUNCE_REPORT_DAYS, notification_id_from_bounce_address
+from notifications.models import DeliveryFeedback, EmailNotification
+from notifications.suppression import FeedbackOutcome, feedback_event_key, feedback_record
 from project.redaction import redact_address
 
 logger = logging.getLogger(__name__)
@@ -43,8 +49,9 @@ Source = DeliveryFeedback.Source
 _DAEMONS = re.compile(r"^(mailer-daemon|postmaster|mail-daemon|mailerdaemon)@", re.I)
 _STATUS = re.compile(r"\b([245])\.\d{1,3}\.\d{1,3}\b")
 _NOT_COMPLAINTS = {"not-spam"}
-_REPLY_TOKEN = re.compile(rb"\+([0-9a-fA-F]{16,64})@")  # replies+TOKEN@ (reply_address.py)
-_MAX_TOKENS = 50
+# Where the report was delivered: the report mail's own header block, never its body.
+_ADDRESSED_TO = ("to", "cc", "delivered-to", "x-original-to", "envelope-to")
+_MAX_ADDRESSED_TO = 20
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,9 @@ class Finding:
 class DeliveryReport:
     source: str  # DeliveryFeedback.Source: dsn or arf
     findings: tuple[Finding, ...]
+    # The addresses the report mail itself was sent to (its top-level To, Cc, Delivered-To,
+    # X-Original-To, Envelope-To): a genuine report goes to the notification's envelope sender.
+    addressed_to: tuple[str, ...] = ()
 
 
 def looks_like_delivery_report(mail: ParsedMail) -> bool:
@@ -73,6 +83,15 @@ def read_delivery_report(raw: bytes, *, limits: ParseLimits | None = None) -> De
     """The bounces or complaint the mail reports, or None when it reports none. Parsing stays
     within the inbound parsing limits (MailLimitExceeded past one, as for any mail)."""
     message = limited_parser(limits or ParseLimits.from_settings()).parsebytes(raw)
+    report = _read(message)
+    if report is None:
+        return None
+    values = [str(v) for name, v in message.items() if name.lower() in _ADDRESSED_TO]
+    addressed_to = tuple(a.lower() for _, a in getaddresses(values) if "@" in a)
+    return DeliveryReport(report.source, report.findings, addressed_to[:_MAX_ADDRESSED_TO])
+
+
+def _read(message: Message) -> DeliveryReport | None:
     report_type = (message.get_param("report-type") or "").lower()
     if message.get_content_type() == "multipart/report" and report_type == "feedback-report":
         return _arf(message)
@@ -167,32 +186,39 @@ def delivery_report_record(
     *, report: DeliveryReport, raw: bytes, mail_key: str, now: datetime
 ) -> tuple[list[FeedbackOutcome], list[Finding]]:
     """Each finding about an address we mailed onto the suppression list (the mail key is
-    the source report); returns what was recorded and the findings left out.
+    the source report; `raw` is not read: the proof is where the report was sent, not what
+    it quotes); returns what was recorded (a report already recorded through the
+    other door is not recorded again) and the findings left out.
 
-    A finding counts only when the report quotes the reply token of a notification sent to
-    that address (every DSN and ARF report above returns the original message or its
-    headers): anyone can mail a "bounce" to the inbound address, but only the recipient's
-    mail system has the token. The rest are logged and left out.
+    A finding counts only when the report is addressed to the bounce address of a
+    notification sent to that address in the last BOUNCE_REPORT_DAYS: anyone can mail a
+    "bounce" to the inbound address, but only a mail system that handled the notification
+    knows where its bounces go. The rest are logged and left out.
     """
-    tokens = {match.decode().lower() for match in _REPLY_TOKEN.findall(raw)}
-    mailed = addresses_mailed(set(sorted(tokens)[:_MAX_TOKENS]))
+    mailed = _notifications_bounced(report.addressed_to, since=now - BOUNCE_REPORT_DAYS)
     recorded, left_out = [], []
     for finding in report.findings:
-        if finding.address not in mailed:
+        notification = mailed.get(finding.address)
+        if notification is None:
             left_out.append(finding)
             continue
-        recorded.append(
-            feedback_record(
+        outcome = feedback_record(
+            address=finding.address,
+            kind=finding.kind,
+            source=report.source,
+            report=f"inbound mail {mail_key}: {finding.detail}",
+            now=now,
+            event_key=feedback_event_key(
+                message_id=notification.ses_message_id or f"notification:{notification.pk}",
                 address=finding.address,
                 kind=finding.kind,
-                source=report.source,
-                report=f"inbound mail {mail_key}: {finding.detail}",
-                now=now,
-            )
+            ),
         )
+        if outcome is not None:
+            recorded.append(outcome)
     if left_out:
         logger.warning(
-            "report %s names %s address(es) it quotes no notification token of: not recorded",
+            "report %s names %s address(es) it is not the bounce address of: not recorded",
             mail_key,
             len(left_out),
             extra={"action": "delivery_report_unverified", "mail_key": mail_key},
@@ -204,6 +230,24 @@ def describe(report: DeliveryReport, left_out: list[Finding]) -> str:
     """The ledger row's detail: what the report said, addresses redacted."""
     return "; ".join(
         f"{finding.kind} for {redact_address(finding.address)}"
-        + (" (not recorded: quotes no token of a mail to it)" if finding in left_out else "")
+        + (
+            " (not recorded: not sent to the bounce address of a mail to it)"
+            if finding in left_out
+            else ""
+        )
         for finding in report.findings
     )[:1000]
+
+
+def _notifications_bounced(
+    addressed_to: tuple[str, ...], *, since: datetime
+) -> dict[str, EmailNotification]:
+    """recipient address (lower-cased) -> the notification sent to it (since `since`) whose
+    bounce address the report was delivered to."""
+    ids = {notification_id_from_bounce_address(address) for address in addressed_to} - {None}
+    if not ids:
+        return {}
+    rows = EmailNotification.objects.filter(pk__in=ids, sent_at__gte=since).only(
+        "pk", "to_address", "ses_message_id"
+    )
+    return {row.to_address.strip().lower(): row for row in rows if row.to_address}

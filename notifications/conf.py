@@ -50,6 +50,11 @@ class Config:
     throttle_retry_seconds: float  # wait after a rate refusal before the next try
     ses_events_topic_arns: tuple[str, ...]  # SNS topics /ses/events believes; empty: off
     ses_events_trusted_cert_urls: tuple[str, ...]  # tests only: a local signing certificate
+    ses_events_trusted_subscribe_urls: tuple[str, ...]  # tests only: a local SubscribeURL
+    ses_events_max_body_bytes: int  # a bigger POST to /ses/events is refused unread
+    ses_events_fetch_deadline_seconds: float  # a certificate or SubscribeURL fetch, in all
+    ses_events_cert_failure_cache_seconds: float  # a failed certificate URL answers 503 this long
+    ses_events_cert_fetches_per_minute: int  # fetches of uncached certificate URLs, per process
     public_base_url: str  # https://host of /unsubscribe/<token>; empty: mailto unsubscribe only
 
 
@@ -150,6 +155,17 @@ def get_config() -> Config:
         throttle_retry_seconds=_float("NOTIFICATION_THROTTLE_RETRY_SECONDS", 1, minimum=0),
         ses_events_topic_arns=_strings("SES_EVENTS_TOPIC_ARNS"),
         ses_events_trusted_cert_urls=_strings("SES_EVENTS_TRUSTED_CERT_URLS"),
+        ses_events_trusted_subscribe_urls=_strings("SES_EVENTS_TRUSTED_SUBSCRIBE_URLS"),
+        ses_events_max_body_bytes=_int("SES_EVENTS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024),
+        ses_events_fetch_deadline_seconds=_float(
+            "SES_EVENTS_FETCH_DEADLINE_SECONDS", 5, minimum=0.1
+        ),
+        ses_events_cert_failure_cache_seconds=_float(
+            "SES_EVENTS_CERT_FAILURE_CACHE_SECONDS", 60, minimum=0
+        ),
+        ses_events_cert_fetches_per_minute=_int(
+            "SES_EVENTS_CERT_FETCHES_PER_MINUTE", 10, minimum=1
+        ),
         public_base_url=_public_base_url(),
     )
 

@@ -8,3 +8,12 @@ class NotificationNotOpen(NotificationError):
 
 class NotificationNotRetryable(NotificationError):
     """A failed row cannot be queued again (e.g. the user already has an unsent digest)."""
+
+
+class SnsMessageRefused(NotificationError):
+    """An SNS message to /ses/events is not believed or not usable; `status` is the HTTP answer
+    (4xx: never worth sending again; 503: SNS should retry later) and the text says why."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status

@@ -250,6 +250,12 @@ class DeliveryFeedback(models.Model):
         blank=True, help_text="Where it came from (mail key, SNS message id) and what it said."
     )
     occurred_at = models.DateTimeField(db_index=True)
+    # What the report is about, the same whichever door it came through: the kind, the
+    # recipient and the bounced message (`suppression.feedback_event_key`). Unique, so a
+    # redelivered SNS message, or a DSN about a message SES also reported, is recorded once
+    # whatever the concurrency (issue 28.2). Null on rows recorded before it existed (and on
+    # rows the previous release still writes during a rolling deploy).
+    event_key = models.CharField(max_length=600, null=True, blank=True, editable=False)
 
     class Meta:
         indexes = [models.Index(fields=["address", "kind", "occurred_at"])]
@@ -258,6 +264,7 @@ class DeliveryFeedback(models.Model):
                 condition=Q(kind__in=["hard_bounce", "soft_bounce", "complaint"]),
                 name="delivery_feedback_kind_valid",
             ),
+            models.UniqueConstraint(fields=["event_key"], name="delivery_feedback_one_per_event"),
         ]
 
     def __str__(self) -> str:

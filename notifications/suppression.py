@@ -19,6 +19,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Lower
 
@@ -46,17 +47,14 @@ def active_suppressions(*, now: datetime) -> QuerySet[Suppression]:
     )
 
 
-def addresses_mailed(tokens: set[str]) -> set[str]:
-    """The (lower-cased) addresses the notifications with these reply tokens went to: a
-    report about an address counts only when it quotes the token of a mail to that address
-    (nobody else knows it), so a forged report cannot suppress an arbitrary address."""
-    if not tokens:
-        return set()
-    return set(
-        EmailNotification.objects.filter(token__in=tokens)
-        .annotate(address=Lower("to_address"))
-        .values_list("address", flat=True)
-    )
+_EVENT_CONSTRAINT = "delivery_feedback_one_per_event"
+
+
+def feedback_event_key(*, message_id: str, address: str, kind: str) -> str:
+    """What one report is about, whichever door it came through: the kind, the recipient and
+    the bounced message (SES's message id, as SNS events name it and as the notification row
+    stores it: `EmailNotification.ses_message_id`)."""
+    return f"{kind}|{normalise(address)}|{message_id}"[:600]
 
 
 def address_is_suppressed(address: str, *, now: datetime) -> bool:
@@ -70,16 +68,49 @@ class FeedbackOutcome:
 
 
 def feedback_record(
-    *, address: str, kind: str, source: str, report: str, now: datetime
-) -> FeedbackOutcome:
-    """Record one bounce or complaint and apply the rules. Call it in the caller's transaction
-    (the inbound intake's, so a rolled-back mail leaves no feedback behind)."""
+    *,
+    address: str,
+    kind: str,
+    source: str,
+    report: str,
+    now: datetime,
+    event_key: str | None = None,
+) -> FeedbackOutcome | None:
+    """Record one bounce or complaint and apply the rules; None when a report with the same
+    `event_key` (feedback_event_key) is already recorded. Both doors (SNS events, inbound
+    reports) pass the key; None records without one (nothing to deduplicate against). Call
+    it in the caller's transaction (the inbound intake's, so a rolled-back mail leaves no
+    feedback behind).
+
+    The key is claimed by the insert itself (a unique constraint, in a savepoint): a
+    concurrent insert of the same key waits for the first transaction and then fails, so no
+    interleaving records one event twice (a look-then-insert did, issue 28.2)."""
     address = normalise(address)
     if not address or "@" not in address:
         raise ValueError(f"a feedback report needs a recipient address, not {address!r}")
-    feedback = DeliveryFeedback.objects.create(
-        address=address, kind=kind, source=source, report=report[:_REPORT_CHARS], occurred_at=now
-    )
+    try:
+        with transaction.atomic():
+            feedback = DeliveryFeedback.objects.create(
+                address=address,
+                kind=kind,
+                source=source,
+                report=report[:_REPORT_CHARS],
+                occurred_at=now,
+                event_key=event_key,
+            )
+    except IntegrityError as exc:
+        if getattr(getattr(exc.__cause__, "diag", None), "constraint_name", "") != (
+            _EVENT_CONSTRAINT
+        ):
+            raise
+        logger.info(
+            "%s for %s already recorded (%s): not counted again",
+            kind,
+            redact_address(address),
+            source,
+            extra={"action": "delivery_feedback_duplicate", "kind": kind, "source": source},
+        )
+        return None
     suppression = None
     if kind in (Kind.HARD_BOUNCE, Kind.COMPLAINT):
         reason = Reason.HARD_BOUNCE if kind == Kind.HARD_BOUNCE else Reason.COMPLAINT

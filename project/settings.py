@@ -389,6 +389,17 @@ SES_EVENTS_TOPIC_ARNS = env_list("SES_EVENTS_TOPIC_ARNS", [])
 # Never from the environment: signing-certificate URLs accepted besides SNS's own hosts (the
 # tests' local certificate). In production only sns.<region>.amazonaws.com signs.
 SES_EVENTS_TRUSTED_CERT_URLS: list[str] = []
+SES_EVENTS_TRUSTED_SUBSCRIBE_URLS: list[str] = []  # the same, for SubscribeURL
+# Bounds of /ses/events (issue 28): a bigger body is refused unread (SNS messages are at most
+# 256 KiB); a certificate or SubscribeURL fetch may take this long in all; a certificate URL
+# that failed answers 503 from the cache this long; at most this many fetches of certificate
+# URLs not in the cache per minute and process.
+SES_EVENTS_MAX_BODY_BYTES = env_int("SES_EVENTS_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+SES_EVENTS_FETCH_DEADLINE_SECONDS = env_float("SES_EVENTS_FETCH_DEADLINE_SECONDS", 5, minimum=0.1)
+SES_EVENTS_CERT_FAILURE_CACHE_SECONDS = env_float(
+    "SES_EVENTS_CERT_FAILURE_CACHE_SECONDS", 60, minimum=0
+)
+SES_EVENTS_CERT_FETCHES_PER_MINUTE = env_int("SES_EVENTS_CERT_FETCHES_PER_MINUTE", 10, minimum=1)
 # The https:// base URL this worker's web service is reached at: notifications then carry a
 # one-click List-Unsubscribe link (RFC 8058) to <PUBLIC_BASE_URL>/unsubscribe/<token>.
 # Empty: mailto only (`check --deploy` warns).

@@ -55,6 +55,9 @@ class OutgoingEmail:
     reply_to: str
     from_email: str
     headers: dict[str, str] = field(default_factory=dict)
+    # The envelope sender (SMTP MAIL FROM / SES Source) where bounces go; empty: from_email.
+    # Never written into the message (notifications/bounce_address.py).
+    envelope_from: str = ""
 
 
 class EmailSender(Protocol):
@@ -84,10 +87,11 @@ def build_message(email: OutgoingEmail) -> tuple[EmailMultiAlternatives, Message
     message = EmailMultiAlternatives(
         subject=email.subject,
         body=email.text,
-        from_email=email.from_email,
+        # Django's backends use from_email as the envelope sender; the From header is ours.
+        from_email=email.envelope_from or email.from_email,
         to=[email.to],
         reply_to=[email.reply_to],
-        headers={**email.headers, "Message-ID": message_id},
+        headers={**email.headers, "From": email.from_email, "Message-ID": message_id},
     )
     message.attach_alternative(email.html, "text/html")
     return message, message_id.strip("<>")

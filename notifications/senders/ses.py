@@ -98,7 +98,8 @@ class SesEmailSender:
     def send(self, email: OutgoingEmail) -> MessageId:
         message, _ = build_message(email)
         request: dict[str, Any] = {
-            "Source": email.from_email,
+            # The envelope sender: SES sends the bounces and complaints it forwards there.
+            "Source": email.envelope_from or email.from_email,
             "Destinations": [email.to],
             "RawMessage": {"Data": message.message().as_bytes()},
         }

@@ -12,6 +12,7 @@ from model_bakery import baker
 from inbound_email.delivery_reports import read_delivery_report
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.poller import poll_once
+from notifications.bounce_address import bounce_address_for
 from notifications.models import (
     DeliveryFeedback,
     EmailNotification,
@@ -68,7 +69,7 @@ def test_a_bounce_at_the_inbound_address_suppresses_the_address_and_the_sweep_sk
     pi = baker.make(get_user_model(), username="gone", email="Gone.PI@example.net")
     earlier = _mailed(pi)
     baker.make(Proposal, pi=pi, title="Soil carbon", status=Proposal.Status.IN_REVIEW)
-    folder_store.put("bounce-1", reports.gmail_hard_bounce(GONE, earlier.token))
+    folder_store.put("bounce-1", _to_envelope_sender(reports.gmail_hard_bounce(GONE), earlier))
 
     poll_once()
 
@@ -91,7 +92,7 @@ def test_a_bounce_at_the_inbound_address_suppresses_the_address_and_the_sweep_sk
 @pytest.mark.django_db(transaction=True)
 def test_a_complaint_report_suppresses_the_address(folder_store):
     pi = baker.make(get_user_model(), username="angry", email=GONE)
-    folder_store.put("arf-1", reports.arf_complaint(GONE, _mailed(pi).token))
+    folder_store.put("arf-1", _to_envelope_sender(reports.arf_complaint(GONE), _mailed(pi)))
     poll_once()
     assert InboundEmail.objects.get().reason == "bounce"
     suppression = Suppression.objects.get()
@@ -103,23 +104,33 @@ def test_a_complaint_report_suppresses_the_address(folder_store):
 def test_a_report_that_quotes_no_token_of_a_mail_to_the_address_suppresses_nothing(
     folder_store,
 ):
-    """Anyone can mail a "bounce" to the inbound address: a report counts only when it quotes
-    the reply token of a notification sent to the address it names."""
+    """Anyone can mail a "bounce" to the inbound address: a report counts only when it was
+    sent to the envelope sender of a notification sent to the address it names (issue 28.5:
+    quoting that notification's reply token, which every copy of the mail shows, no longer
+    does)."""
     pi = baker.make(get_user_model(), username="pi", email=GONE)
     other = baker.make(get_user_model(), username="other", email="other@example.net")
+    mailed = _mailed(pi)
     folder_store.put("forged-1", reports.ses_hard_bounce(GONE))  # a token nobody was sent
-    folder_store.put("forged-2", reports.ses_hard_bounce(GONE, _mailed(other).token))
-    folder_store.put("genuine", reports.ses_hard_bounce(GONE, _mailed(pi).token))
+    folder_store.put("forged-2", _to_envelope_sender(reports.ses_hard_bounce(GONE), _mailed(other)))
+    folder_store.put("forged-3", reports.ses_hard_bounce(GONE, mailed.token))  # public token
+    folder_store.put("genuine", _to_envelope_sender(reports.ses_hard_bounce(GONE), mailed))
     poll_once()
     rows = {row.store_key: row for row in InboundEmail.objects.all()}
     assert {key: row.reason for key, row in rows.items()} == {
         "forged-1": "bounce",
         "forged-2": "bounce",
+        "forged-3": "bounce",
         "genuine": "bounce",
     }
-    assert "not recorded" in rows["forged-1"].detail and "not recorded" in rows["forged-2"].detail
+    assert all("not recorded" in rows[f"forged-{n}"].detail for n in (1, 2, 3))
     assert DeliveryFeedback.objects.count() == 1
     assert Suppression.objects.get().source_report.startswith("inbound mail genuine")
+
+
+def _to_envelope_sender(report: bytes, notification: EmailNotification) -> bytes:
+    """The report as the receiving server sends it: to the notification's envelope sender."""
+    return reports.addressed_to(report, bounce_address_for(notification.pk))
 
 
 def _mailed(user) -> EmailNotification:

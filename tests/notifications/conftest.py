@@ -11,8 +11,10 @@ from django.contrib.auth import get_user_model
 from model_bakery import baker
 from moto import mock_aws
 
+from notifications import sns_certificates
 from notifications.models import NotificationPreference, Proposal
 from tests.support.ses import REGION, MotoSes
+from tests.support.sns import TOPIC, SnsSigner
 
 
 @pytest.fixture
@@ -41,6 +43,19 @@ def ses(ses_unverified: MotoSes) -> MotoSes:
     """SES (moto) that accepts mail from DEFAULT_FROM_EMAIL."""
     ses_unverified.verify_sender()
     return ses_unverified
+
+
+@pytest.fixture
+def signer(settings: Any) -> Iterator[SnsSigner]:
+    """/ses/events on, believing the local test certificate (tests/support/sns.py), with
+    empty certificate caches."""
+    settings.SES_EVENTS_TOPIC_ARNS = [TOPIC]
+    settings.SES_EVENTS_FETCH_DEADLINE_SECONDS = 5
+    with SnsSigner() as signer:
+        settings.SES_EVENTS_TRUSTED_CERT_URLS = [signer.cert_url]
+        sns_certificates.forget_certificates()
+        yield signer
+    sns_certificates.forget_certificates()
 
 
 @pytest.fixture

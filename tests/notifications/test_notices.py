@@ -78,7 +78,9 @@ def test_a_notice_is_sent_once_to_the_notified_address_and_says_why(answered, re
     assert says in html and "Tom &amp; Jerry &lt;3" in html
     # Replying to the notice reaches the notification it is about; so does unsubscribing.
     assert message.reply_to == [reply_address_for(answered.token)]
-    assert message.extra_headers["List-Unsubscribe"] == unsubscribe_header(answered.token)
+    assert message.extra_headers["List-Unsubscribe"] == unsubscribe_header(
+        answered.token, notification_id=notice.pk
+    )
     assert message.extra_headers["X-Notification-Kind"] == "reply_rejected"
 
     notice.refresh_from_db()

@@ -5,26 +5,15 @@ list. Signed here with a local test certificate (tests/support/sns.py)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 
-from notifications import ses_events
+from notifications import sns_certificates
 from notifications.models import DeliveryFeedback, Suppression
-from tests.support.sns import TOPIC, SnsSigner, ses_bounce, ses_complaint
+from tests.support.sns import ses_bounce, ses_complaint
 
 pytestmark = pytest.mark.django_db
 URL = "/ses/events"
-
-
-@pytest.fixture
-def signer(settings) -> Iterator[SnsSigner]:
-    settings.SES_EVENTS_TOPIC_ARNS = [TOPIC]
-    with SnsSigner() as signer:
-        settings.SES_EVENTS_TRUSTED_CERT_URLS = [signer.cert_url]
-        ses_events._certificates.clear()
-        yield signer
-    ses_events._certificates.clear()
 
 
 def _post(client, message):
@@ -81,7 +70,7 @@ def test_forged_or_foreign_messages_are_refused_and_change_nothing(client, signe
 
 def test_only_sns_hosts_sign(settings):
     settings.SES_EVENTS_TRUSTED_CERT_URLS = []
-    assert ses_events._on_sns_host(
+    assert sns_certificates.signing_cert_url_allowed(
         "https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-abc.pem"
     )
     for url in (
@@ -89,7 +78,7 @@ def test_only_sns_hosts_sign(settings):
         "https://sns.eu-west-1.amazonaws.com.evil.example/x.pem",
         "https://evil.example/sns.eu-west-1.amazonaws.com/x.pem",
     ):
-        assert not ses_events._on_sns_host(url), url
+        assert not sns_certificates.signing_cert_url_allowed(url), url
 
 
 def test_the_endpoint_is_off_without_a_topic(client, settings):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from django.core import mail
+from django.core import mail, signing
 from django.core.checks import run_checks
 from django.test import Client
 from django.utils import timezone
@@ -37,7 +37,7 @@ def _link(message) -> str:
 def test_every_notice_carries_the_one_click_link_and_the_mailto(sent):
     pi, row, message = sent
     header = message.extra_headers["List-Unsubscribe"]
-    token = unsubscribe_token(row.token)
+    token = unsubscribe_token(row.pk)
     assert header == (
         f"<{BASE}/unsubscribe/{token}>, "
         f"<mailto:replies+{row.token}@reply.localhost?subject=unsubscribe>"
@@ -102,3 +102,27 @@ def test_a_forged_or_revoked_link_does_nothing(sent):
     assert client.post(path).status_code == 404
     assert client.get(path).status_code == 404
     assert not NotificationPreference.objects.filter(user=pi, rung="paused").exists()
+
+
+def test_the_link_shows_neither_the_reply_token_nor_the_bounce_address(sent):
+    """Issue 28.5: the link is a signed notification id; what proves a bounce is not in it."""
+    _, row, message = sent
+    link = _link(message)
+    assert row.token not in link
+    assert "bounce" not in link and message.from_email not in link
+
+
+def test_a_link_mailed_before_issue_28_still_unsubscribes_until_revoked(sent):
+    """Links already mailed (the reply token signed under the old salt) keep working, and a
+    revocation stops them as it stops the new ones."""
+    pi, row, _ = sent
+    old = f"/unsubscribe/{signing.Signer(salt='notifications.unsubscribe').sign(row.token)}"
+    client = Client(enforce_csrf_checks=True)
+    assert client.get(old).status_code == 200
+    revocation = UnsubscribeRevocation.objects.create(notification=row, reason="forwarded")
+    assert client.get(old).status_code == 404
+    assert client.post(old).status_code == 404
+    assert not NotificationPreference.objects.filter(user=pi, rung="paused").exists()
+    revocation.delete()
+    assert client.post(old).status_code == 200
+    assert NotificationPreference.objects.get(user=pi).rung == "paused"

@@ -19,7 +19,7 @@ def test_the_confirm_page_has_one_button_that_unsubscribes(page, screenshot, mak
     pi = make_pi(first_name="Ada", last_name="Lovelace")
     sweep_new_proposals(now=timezone.now())
     row = EmailNotification.objects.get(user=pi)
-    path = unsubscribe_url(row.token).removeprefix(settings.PUBLIC_BASE_URL)
+    path = unsubscribe_url(row.pk).removeprefix(settings.PUBLIC_BASE_URL)
 
     page.goto(path)
     assert page.locator("h1").inner_text() == "Stop these emails?"

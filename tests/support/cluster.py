@@ -72,6 +72,7 @@ class AwsServer:
         self.s3.create_bucket(Bucket=BUCKET)
         self.ses = boto3.client("ses", endpoint_url=endpoint, region_name=REGION, **keys)
         self.ses.verify_domain_identity(Domain="localhost")
+        self.ses.verify_domain_identity(Domain="reply.localhost")  # the envelope senders
         self.ses.verify_email_identity(EmailAddress="assistant@localhost")
         return self
 

@@ -325,3 +325,11 @@ Content-Disposition: inline
 {original}
 --part1_13d.2e68ed54_boundary--
 """.encode()
+
+
+def addressed_to(report: bytes, address: str) -> bytes:
+    """The report delivered to `address` instead of the inbound base address: its own header
+    block's To, Delivered-To, Envelope-to and Received lines (the returned message inside is
+    left as it is). A genuine report goes to the notification's envelope sender."""
+    head, sep, body = report.partition(b"\n\n")
+    return head.replace(b"replies@reply.example.org", address.encode()) + sep + body

@@ -12,6 +12,7 @@ REGION = "us-east-1"
 
 
 SENDER_ADDRESS = "assistant@localhost"  # DEFAULT_FROM_EMAIL's address
+REPLY_DOMAIN = "reply.localhost"  # INBOUND_REPLY_ADDRESS's domain: the bounce addresses
 
 
 @dataclass
@@ -20,6 +21,8 @@ class MotoSes:
 
     def verify_sender(self) -> None:
         self.client.verify_email_identity(EmailAddress=SENDER_ADDRESS)
+        # The envelope sender (Source) is a bounce address on the reply domain (issue 28.5).
+        self.client.verify_domain_identity(Domain=REPLY_DOMAIN)
 
     @property
     def messages(self) -> list[Any]:

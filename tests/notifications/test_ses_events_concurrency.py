@@ -1,0 +1,95 @@
+"""Issue 28.2: one event, one count. SNS delivers again while the first request is still
+running; six deliveries of one signed message at once record one feedback row, through a
+unique key, not "look, then insert". Real HTTP (Django's live server, a thread per request,
+each with its own database session) and committed rows (transaction=True)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from notifications.models import DeliveryFeedback, Suppression
+from tests.support.sns import ses_bounce
+
+DELIVERIES = 6
+
+
+@pytest.fixture
+def slow_feedback_inserts(transactional_db) -> Iterator[None]:
+    """Each feedback insert takes 0.3 s (a trigger), as on a loaded database: every
+    concurrent delivery is inside its transaction while the others run."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION test_slow_feedback() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER test_slow_feedback BEFORE INSERT ON notifications_deliveryfeedback "
+            "FOR EACH ROW EXECUTE FUNCTION test_slow_feedback()"
+        )
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TRIGGER test_slow_feedback ON notifications_deliveryfeedback")
+        cursor.execute("DROP FUNCTION test_slow_feedback()")
+
+
+def _deliver_at_once(url: str, body: bytes, times: int) -> list[int]:
+    barrier = threading.Barrier(times)
+    statuses: list[int] = []
+
+    def deliver() -> None:
+        request = urllib.request.Request(
+            url, data=body, headers={"Content-Type": "text/plain; charset=UTF-8"}
+        )
+        barrier.wait(timeout=10)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                statuses.append(response.status)
+        except urllib.error.HTTPError as exc:
+            statuses.append(exc.code)
+
+    threads = [threading.Thread(target=deliver) for _ in range(times)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    return statuses
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_deliveries_of_one_soft_bounce_count_once(
+    live_server, signer, slow_feedback_inserts
+):
+    """Six redeliveries of one soft bounce at once: every one is answered 200 (SNS stops
+    retrying), one feedback row exists, and the address is not suppressed (one soft bounce
+    is not three)."""
+    message = signer.notification(ses_bounce("busy.pi@example.net", "Transient"))
+    statuses = _deliver_at_once(
+        f"{live_server.url}/ses/events", json.dumps(message).encode(), DELIVERIES
+    )
+    assert statuses == [200] * DELIVERIES
+    assert DeliveryFeedback.objects.count() == 1
+    assert not Suppression.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_deliveries_of_a_two_recipient_event_record_each_recipient_once(
+    live_server, signer, slow_feedback_inserts
+):
+    event = ses_bounce("a.pi@example.net", "Transient")
+    event["bounce"]["bouncedRecipients"].append(
+        {**event["bounce"]["bouncedRecipients"][0], "emailAddress": "b.pi@example.net"}
+    )
+    message = signer.notification(event)
+    statuses = _deliver_at_once(f"{live_server.url}/ses/events", json.dumps(message).encode(), 4)
+    assert statuses == [200] * 4
+    assert sorted(DeliveryFeedback.objects.values_list("address", flat=True)) == [
+        "a.pi@example.net",
+        "b.pi@example.net",
+    ]
