@@ -19,7 +19,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Lower
 
@@ -88,6 +88,28 @@ def feedback_record(
     address = normalise(address)
     if not address or "@" not in address:
         raise ValueError(f"a feedback report needs a recipient address, not {address!r}")
+    with transaction.atomic():
+        _lock_address(address)
+        return _record_and_apply(
+            address=address, kind=kind, source=source, report=report, now=now, event_key=event_key
+        )
+
+
+def _lock_address(address: str) -> None:
+    """Reports about one address are counted one at a time: the soft-bounce rule counts the
+    reports committed before it, and three different soft bounces arriving together each
+    counted only the others that had committed before their own transaction began, so none
+    saw three. A transaction-level advisory lock (released at commit, so safe behind
+    PgBouncer's transaction pooling) makes each wait for the one before."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"suppression:{address}"]
+        )
+
+
+def _record_and_apply(
+    *, address: str, kind: str, source: str, report: str, now: datetime, event_key: str | None
+) -> FeedbackOutcome | None:
     try:
         with transaction.atomic():
             feedback = DeliveryFeedback.objects.create(

@@ -93,3 +93,40 @@ def test_concurrent_deliveries_of_a_two_recipient_event_record_each_recipient_on
         "a.pi@example.net",
         "b.pi@example.net",
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_three_different_soft_bounces_at_once_suppress_the_address(
+    live_server, signer, slow_feedback_inserts
+):
+    """Three soft bounces of three different mails to one address arrive at the same moment:
+    the third one to commit sees the other two (the rule's count is taken under a lock on
+    the address), so the "3 soft bounces in 7 days" rule suppresses the address. Without
+    the lock each request counted only what had committed before it began, and none saw
+    three."""
+    bodies = []
+    for n in range(3):
+        event = ses_bounce("flaky.pi@example.net", "Transient")
+        event["mail"]["messageId"] = f"0100018c2e1f4b2a-soft-{n}-000000"
+        bodies.append(json.dumps(signer.notification(event)).encode())
+    barrier = threading.Barrier(len(bodies))
+    statuses: list[int] = []
+
+    def deliver(body: bytes) -> None:
+        request = urllib.request.Request(
+            f"{live_server.url}/ses/events",
+            data=body,
+            headers={"Content-Type": "text/plain; charset=UTF-8"},
+        )
+        barrier.wait(timeout=10)
+        with urllib.request.urlopen(request, timeout=30) as response:
+            statuses.append(response.status)
+
+    threads = [threading.Thread(target=deliver, args=(body,)) for body in bodies]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert statuses == [200, 200, 200]
+    assert DeliveryFeedback.objects.filter(address="flaky.pi@example.net").count() == 3
+    assert Suppression.objects.filter(address="flaky.pi@example.net").exists()
