@@ -7,7 +7,12 @@ import hashlib
 
 import pytest
 
-from inbound_email.attachments import FILENAME_MAX_CHARS, safe_filename
+from inbound_email.attachments import (
+    FILENAME_MAX_CHARS,
+    STORED_NAME_MAX_BYTES,
+    safe_filename,
+    stored_name,
+)
 from inbound_email.parsing import parse_mail
 from tests.support.mail import PDF, PNG, build_mail, with_attachments
 
@@ -69,6 +74,31 @@ def test_file_names_lose_path_separators_and_control_characters(name, expected):
 def test_a_long_file_name_is_cut_keeping_its_extension():
     name = safe_filename("x" * 500 + ".docx", index=1, content_type="application/octet-stream")
     assert len(name) == FILENAME_MAX_CHARS and name.endswith("x.docx")
+
+
+@pytest.mark.parametrize("index", [1, 12, 100])
+def test_a_name_whose_stored_form_is_exactly_255_bytes_is_kept_whole_and_one_more_is_cut(index):
+    """Issue 28.1: the key's last part, `<index>-<name>`, prefix included, is at most 255
+    bytes of UTF-8 (pathvalidate cut the name alone to 255, and `.pdf` went with it)."""
+    prefix = len(f"{index}-")
+    stem = "\u4e2d" * ((STORED_NAME_MAX_BYTES - prefix - 4) // 3)
+    stem += "x" * ((STORED_NAME_MAX_BYTES - prefix - 4) % 3)  # exactly 255 with ".pdf"
+    exact = safe_filename(stem + ".pdf", index=index, content_type="application/pdf")
+    longer = safe_filename("\u4e2d" + stem + ".pdf", index=index, content_type="application/pdf")
+
+    assert exact == stem + ".pdf"
+    assert len(stored_name(index=index, filename=exact).encode()) == STORED_NAME_MAX_BYTES
+    assert longer.endswith(".pdf") and len(longer) < len(stem) + 5
+    assert len(stored_name(index=index, filename=longer).encode()) <= STORED_NAME_MAX_BYTES
+
+
+def test_a_cut_never_separates_a_character_from_its_combining_marks():
+    name = "r\u00e9sume\u0301 " + "\u0915\u094d\u0937\u093f" * 40 + ".pdf"  # Devanagari
+    cut = safe_filename(name, index=1, content_type="application/pdf")
+
+    stem = cut.removesuffix(".pdf")
+    assert cut.endswith(".pdf") and name.startswith(stem)
+    assert name[len(stem)] == "\u0915"  # the cut-off part starts with a base character
 
 
 def test_body_text_past_the_first_part_is_kept_as_an_attachment():
