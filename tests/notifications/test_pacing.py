@@ -21,7 +21,7 @@ from notifications.pacing import Pacer, take_send_slot
 from notifications.senders.base import OutgoingEmail, SendQuotaExceeded, SendThrottled
 from notifications.senders.ses import SesEmailSender
 from notifications.sweeps import sweep_new_proposals
-from tests.support.processes import PROJECT_ROOT
+from tests.support.processes import PROJECT_ROOT, communicate_all
 from tests.support.ses_limits import SesLimits
 from tests.support.threads import run_side_by_side
 
@@ -137,12 +137,8 @@ def test_the_pace_holds_across_two_real_processes(subprocess_env):
         for child in children:
             child.stdin.write("go\n")
             child.stdin.flush()
-        outputs = [child.communicate(timeout=60) for child in children]
     finally:
-        for child in children:
-            if child.poll() is None:
-                child.kill()
-                child.wait(timeout=10)
+        outputs = communicate_all(children, timeout=60)
 
     slots = []
     for child, (out, err) in zip(children, outputs, strict=True):
