@@ -4,8 +4,11 @@ database: a PDF, an inline image, an attached mail, hostile file names."""
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from inbound_email.attachments import (
     FILENAME_MAX_CHARS,
@@ -99,6 +102,24 @@ def test_a_cut_never_separates_a_character_from_its_combining_marks():
     stem = cut.removesuffix(".pdf")
     assert cut.endswith(".pdf") and name.startswith(stem)
     assert name[len(stem)] == "\u0915"  # the cut-off part starts with a base character
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stem=st.text(st.characters(categories=["L", "M", "N", "So"]), min_size=1, max_size=300),
+    index=st.integers(min_value=1, max_value=100),
+)
+def test_any_name_in_any_script_fits_its_key_and_keeps_its_extension(stem, index):
+    """Issue 28.1, as a property: whatever the letters, marks, digits and symbols, the key's
+    last part is at most 255 bytes, `.pdf` stays, and a cut name is a beginning of the
+    sender's cut where a new character sequence starts."""
+    name = safe_filename(stem + ".pdf", index=index, content_type="application/pdf")
+
+    assert len(stored_name(index=index, filename=name).encode()) <= STORED_NAME_MAX_BYTES
+    assert name.endswith(".pdf")
+    kept = name.removesuffix(".pdf")
+    if kept != stem and not name.startswith("attachment-") and stem.startswith(kept):
+        assert unicodedata.combining(stem[len(kept)]) == 0
 
 
 def test_body_text_past_the_first_part_is_kept_as_an_attachment():
