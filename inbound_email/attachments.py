@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import mimetypes
 import re
+import unicodedata
 from dataclasses import dataclass
 from email.message import Message
 
@@ -28,7 +29,13 @@ from pathvalidate import sanitize_filename
 from inbound_email.decoding import clean_text, decode_header_value, raw_to_str
 
 FILENAME_MAX_CHARS = 150  # of a sanitised file name, its extension included
+# Of the stored key's last part, `<index>-<file name>`, in UTF-8: what a file system takes
+# as one name (ext4, XFS, APFS), so the folder store and S3 hold the same keys (issue 28.1).
+STORED_NAME_MAX_BYTES = 255
 _EXTENSION_MAX_CHARS = 16
+# Joined to the character before them: a cut never falls just before one.
+_JOINERS = frozenset("\u200c\u200d")
+_VIRAMA = 9  # the canonical combining class of a virama (Indic scripts)
 _SPACES_RE = re.compile(r"\s+")
 
 
@@ -53,11 +60,63 @@ class MailAttachment:
         return hashlib.sha256(self.data).hexdigest()
 
 
+def stored_name(*, index: int, filename: str) -> str:
+    """The last part of an attachment's store key: `<index>-<file name>`."""
+    return f"{index}-{filename}"
+
+
+def _cut(text: str, *, max_chars: int, max_bytes: int) -> str:
+    """The longest beginning of `text` within `max_chars` characters and `max_bytes` of
+    UTF-8, cut between characters and never inside a combining sequence (a letter and its
+    accents, a ZWJ emoji, a variation selector): the part cut off starts a sequence."""
+    end, size = 0, 0
+    for char in text[:max_chars]:
+        size += len(char.encode("utf-8", "surrogatepass"))
+        if size > max_bytes:
+            break
+        end += 1
+    while 0 < end < len(text) and _continues(text, end):
+        end -= 1
+    return text[:end]
+
+
+def _continues(text: str, end: int) -> bool:
+    """Whether text[end] belongs to the character sequence before it."""
+    char, before = text[end], text[end - 1]
+    return (
+        unicodedata.combining(char) != 0
+        or unicodedata.category(char) in ("Mn", "Mc", "Me")
+        or "\ufe00" <= char <= "\ufe0f"  # variation selectors
+        or "\U0001f3fb" <= char <= "\U0001f3ff"  # emoji skin tones
+        or char in _JOINERS
+        or before in _JOINERS
+        or unicodedata.combining(before) == _VIRAMA  # a conjunct: क्ष is one letter
+    )
+
+
+def _fit(stem: str, ext: str, max_bytes: int) -> str:
+    """`stem.ext` within FILENAME_MAX_CHARS characters and `max_bytes` of UTF-8: the stem is
+    cut, the extension kept."""
+    suffix = f".{ext}" if ext else ""
+    text = stem + suffix
+    if len(text) <= FILENAME_MAX_CHARS and len(text.encode("utf-8")) <= max_bytes:
+        return text
+    stem = _cut(
+        stem,
+        max_chars=FILENAME_MAX_CHARS - len(suffix),
+        max_bytes=max_bytes - len(suffix.encode("utf-8")),
+    )
+    return stem.rstrip(". ") + suffix
+
+
 def safe_filename(name: str, *, index: int, content_type: str) -> str:
     """A file name a store key, a download and Slack can take: the sender's last path
     component (either separator), without control characters, reserved names, leading dots
-    or surrounding blanks (pathvalidate), cut to FILENAME_MAX_CHARS keeping the extension.
-    An empty result becomes `attachment-<index>` with the content type's extension."""
+    or surrounding blanks (pathvalidate), cut to FILENAME_MAX_CHARS and so that the key's
+    last part (`stored_name`) is at most STORED_NAME_MAX_BYTES of UTF-8, keeping the
+    extension. An empty result becomes `attachment-<index>` with the content type's
+    extension."""
+    max_bytes = STORED_NAME_MAX_BYTES - len(stored_name(index=index, filename="").encode())
     text = clean_text(name or "")
     text = re.split(r"[/\\]", text)[-1]
     text = "".join(ch for ch in text if ch.isprintable())
@@ -65,10 +124,10 @@ def safe_filename(name: str, *, index: int, content_type: str) -> str:
     stem, dot, ext = text.rpartition(".")
     if not dot or not stem or len(ext) > _EXTENSION_MAX_CHARS:
         stem, ext = text, ""
-    if len(text) > FILENAME_MAX_CHARS:
-        keep = FILENAME_MAX_CHARS - (len(ext) + 1 if ext else 0)
-        text = stem[:keep].rstrip(". ") + (f".{ext}" if ext else "")
-    text = sanitize_filename(text, platform="universal").strip().lstrip(". ")
+    text = _fit(stem, ext, max_bytes)
+    # pathvalidate's own cut (255 bytes) no longer applies: the name already fits.
+    text = sanitize_filename(text, platform="universal", max_len=max_bytes)
+    text = text.strip().lstrip(". ")
     if not text.strip(". "):
         extension = mimetypes.guess_extension(content_type) or ".bin"
         if content_type == "message/rfc822":

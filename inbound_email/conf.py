@@ -44,6 +44,8 @@ class Config:
     max_header_bytes: int  # one header field, raw
     max_header_total_bytes: int  # all header fields together, raw
     max_text_bytes: int  # the text part used, transfer-decoded
+    max_report_bytes: int  # body bytes of a bounce/complaint report the detectors read
+    max_bounce_scan_bytes: int  # of those, what flufl.bounce's heuristics scan
     attachments_prefix: str  # S3 key prefix / sub-folder of stored attachments (issue 21)
     max_attachment_bytes: int  # one attachment, decoded; larger: kept in the raw mail only
     max_attachments: int  # stored per mail; the rest: kept in the raw mail only
@@ -166,6 +168,8 @@ def get_config() -> Config:
         max_header_bytes=_int("INBOUND_EMAIL_MAX_HEADER_BYTES", 16 * 1024, minimum=1),
         max_header_total_bytes=_int("INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES", 256 * 1024, minimum=1),
         max_text_bytes=_int("INBOUND_EMAIL_MAX_TEXT_BYTES", 1024 * 1024, minimum=1),
+        max_report_bytes=_int("INBOUND_EMAIL_MAX_REPORT_BYTES", 32 * 1024, minimum=1),
+        max_bounce_scan_bytes=_int("INBOUND_EMAIL_MAX_BOUNCE_SCAN_BYTES", 8 * 1024, minimum=1),
         attachments_prefix=_attachments_prefix(quarantine_prefix),
         max_attachment_bytes=_int("INBOUND_EMAIL_MAX_ATTACHMENT_BYTES", 8 * 1024 * 1024, minimum=1),
         max_attachments=_int("INBOUND_EMAIL_MAX_ATTACHMENTS", 20, minimum=1),

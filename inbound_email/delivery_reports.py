@@ -34,7 +34,12 @@ from email.utils import getaddresses, parseaddr
 
 from flufl.bounce import all_failures
 
-from inbound_email.parse_limits import ParseLimits, limited_parser
+from inbound_email.parse_limits import (
+    ParseLimits,
+    check_text_parts,
+    limited_parser,
+    report_window,
+)
 from inbound_email.parsing import ParsedMail
 from notifications.bounce_address import BOUNCE_REPORT_DAYS, notification_id_from_bounce_address
 from notifications.models import DeliveryFeedback, EmailNotification
@@ -80,10 +85,18 @@ def looks_like_delivery_report(mail: ParsedMail) -> bool:
 
 
 def read_delivery_report(raw: bytes, *, limits: ParseLimits | None = None) -> DeliveryReport | None:
-    """The bounces or complaint the mail reports, or None when it reports none. Parsing stays
-    within the inbound parsing limits (MailLimitExceeded past one, as for any mail)."""
-    message = limited_parser(limits or ParseLimits.from_settings()).parsebytes(raw)
-    report = _read(message)
+    """The bounces or complaint the mail reports, or None when it reports none.
+
+    Only the report window is read (`parse_limits.report_window`: the header block and the
+    first INBOUND_EMAIL_MAX_REPORT_BYTES of the body), within the inbound parsing limits,
+    every text part within the text limit, before any detector runs (MailLimitExceeded
+    past one, as for any mail): a fake "bounce" of 10 MB costs what 32 KiB cost.
+    """
+    limits = limits or ParseLimits.from_settings()
+    window = report_window(raw, limits)
+    message = limited_parser(limits).parsebytes(window)
+    check_text_parts(message, limits)
+    report = _read(message, window, limits)
     if report is None:
         return None
     values = [str(v) for name, v in message.items() if name.lower() in _ADDRESSED_TO]
@@ -91,7 +104,7 @@ def read_delivery_report(raw: bytes, *, limits: ParseLimits | None = None) -> De
     return DeliveryReport(report.source, report.findings, addressed_to[:_MAX_ADDRESSED_TO])
 
 
-def _read(message: Message) -> DeliveryReport | None:
+def _read(message: Message, window: bytes, limits: ParseLimits) -> DeliveryReport | None:
     report_type = (message.get_param("report-type") or "").lower()
     if message.get_content_type() == "multipart/report" and report_type == "feedback-report":
         return _arf(message)
@@ -99,7 +112,7 @@ def _read(message: Message) -> DeliveryReport | None:
         findings = _dsn(message)
         if findings is not None:
             return DeliveryReport(Source.DSN, tuple(findings)) if findings else None
-    return _other_bounce(message)
+    return _other_bounce(message, window, limits)
 
 
 def _field(block: Message, name: str) -> str:
@@ -136,12 +149,17 @@ def _dsn(message: Message) -> list[Finding] | None:
     return None
 
 
-def _other_bounce(message: Message) -> DeliveryReport | None:
-    """A bounce in another format (Exim's text bounce, ...), from a mailer daemon only."""
+def _other_bounce(message: Message, window: bytes, limits: ParseLimits) -> DeliveryReport | None:
+    """A bounce in another format (Exim's text bounce, ...), from a mailer daemon only.
+
+    flufl.bounce's heuristic detectors make ~50 regular-expression passes over every line
+    they are given: they scan only the first INBOUND_EMAIL_MAX_BOUNCE_SCAN_BYTES of the body
+    (a real bounce names the failed address in its first lines)."""
     sender = parseaddr(str(message.get("From", "")))[1]
     if not (_DAEMONS.match(sender) or message.get("X-Failed-Recipients")):
         return None
-    temporary, permanent = all_failures(message)
+    scanned = report_window(window, limits, body_bytes=limits.max_bounce_scan_bytes)
+    temporary, permanent = all_failures(limited_parser(limits).parsebytes(scanned))
     findings = [
         Finding(address.decode(errors="replace").lower(), Kind.HARD_BOUNCE, "permanent failure")
         for address in sorted(permanent)

@@ -248,6 +248,9 @@ class ReplyAttachment(models.Model):
         # The body, longer than the reader keeps (parsing.MAX_BODY_CHARS): only its start
         # was read; the whole is in the raw source, which is kept.
         BODY_CUT = "body_cut", "Kept in raw, the body is longer than was read"
+        # The store refused the write (issue 28.1): the reply goes on, the bytes stay in the
+        # raw source, and `store_error` says why.
+        NOT_STORED = "not_stored", "Kept in raw, the store write failed"
 
     reply = models.ForeignKey(Reply, on_delete=models.CASCADE, related_name="attachments")
     index = models.PositiveSmallIntegerField(help_text="1-based, in the order of the mail.")
@@ -258,6 +261,10 @@ class ReplyAttachment(models.Model):
     inline = models.BooleanField(default=False)
     state = models.CharField(max_length=10, choices=State.choices)
     store_key = models.CharField(max_length=1100, blank=True)
+    # A database default too: the previous release inserts rows without it (I23).
+    store_error = models.TextField(
+        blank=True, default="", db_default="", help_text="Why the store refused the write."
+    )
     slack_file_id = models.CharField(max_length=64, blank=True)
     relayed_at = models.DateTimeField(
         null=True, blank=True, help_text="Shared in Slack, or listed in the database inbox."

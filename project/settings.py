@@ -179,7 +179,12 @@ LOGGING = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
-    "loggers": {"django.db.backends": {"level": "INFO"}},
+    "loggers": {
+        "django.db.backends": {"level": "INFO"},
+        # One INFO line per detector (17 per suspected bounce), under any sender's control
+        # (issue 28.6): its warnings and errors only.
+        "flufl.bounce": {"level": "WARNING"},
+    },
 }
 
 # --- django-q2 ----------------------------------------------------------------------------------
@@ -302,6 +307,16 @@ INBOUND_EMAIL_MAX_HEADER_TOTAL_BYTES = env_int(  # all header fields together, r
 )
 INBOUND_EMAIL_MAX_TEXT_BYTES = env_int(  # the text part used, after transfer decoding
     "INBOUND_EMAIL_MAX_TEXT_BYTES", 1024 * 1024, minimum=1024
+)
+# A mail that looks like a bounce or complaint report (issue 28.6) is read as one from its
+# header block and at most this many bytes of its body, under the limits above: the bounce
+# detectors (flufl.bounce's heuristics cost ~10 us a line) never see more, whatever the
+# mail's size. A real report names the failure at the top, well within it.
+INBOUND_EMAIL_MAX_REPORT_BYTES = env_int("INBOUND_EMAIL_MAX_REPORT_BYTES", 32 * 1024, minimum=1024)
+# Of those, what flufl.bounce's heuristic detectors (bounces that are not RFC 3464, e.g.
+# Exim's text) scan: ~50 regular-expression passes over every line, so less.
+INBOUND_EMAIL_MAX_BOUNCE_SCAN_BYTES = env_int(
+    "INBOUND_EMAIL_MAX_BOUNCE_SCAN_BYTES", 8 * 1024, minimum=1024
 )
 # Block elements nested at once in the HTML part (issue 21): an HTML parser costs the depth
 # for each nested <div>; deeper mail is quarantined html_depth_limit, unparsed.

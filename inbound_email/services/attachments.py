@@ -9,15 +9,21 @@ mail's raw bytes are then never cleared (`reply_raw_must_be_kept`).
 
 The key is `<prefix><mail id>/<index>-<file name>`: a retried or reprocessed mail writes the
 same keys again (a write that a rolled-back transaction left behind is overwritten, never
-duplicated).
+duplicated). Its last part is at most 255 bytes (`attachments.safe_filename`).
+
+A write the store refuses, for whatever reason (a name the file system will not take, a
+full disk, S3 refusing the key or down), never costs the reply (issue 28.1: a reply was
+quarantined after its attempts for its attachment's name): the attachment is recorded as
+kept in the raw source with the store's error, and the reply is recorded and relayed.
 """
 
 from __future__ import annotations
 
 import logging
 
-from inbound_email.attachments import MailAttachment
+from inbound_email.attachments import MailAttachment, stored_name
 from inbound_email.conf import get_config
+from inbound_email.exceptions import StoreError
 from inbound_email.models import Reply, ReplyAttachment
 from inbound_email.stores import MailStore
 
@@ -27,14 +33,14 @@ State = ReplyAttachment.State
 
 
 def attachment_key(*, prefix: str, inbound_email_id: int, index: int, filename: str) -> str:
-    return f"{prefix}{inbound_email_id}/{index}-{filename}"
+    return f"{prefix}{inbound_email_id}/{stored_name(index=index, filename=filename)}"
 
 
 def reply_attachments_keep(
     *, reply: Reply, attachments: list[MailAttachment], store: MailStore
 ) -> list[ReplyAttachment]:
-    """Store and record the attachments of `reply` (see the module docstring). A store error
-    propagates: the intake counts it on the mail and retries (transient) or quarantines it."""
+    """Store and record the attachments of `reply` (see the module docstring). A refused
+    write is recorded on the attachment, never raised: the reply goes on."""
     config = get_config()
     rows = []
     for attachment in attachments:
@@ -45,7 +51,7 @@ def reply_attachments_keep(
             state = State.TOO_LARGE
         elif sum(1 for row in rows if row.state == State.STORED) >= config.max_attachments:
             state = State.TOO_MANY
-        key = ""
+        key, error = "", ""
         if state == State.STORED:
             key = attachment_key(
                 prefix=config.attachments_prefix,
@@ -53,7 +59,9 @@ def reply_attachments_keep(
                 index=attachment.index,
                 filename=attachment.filename,
             )
-            store.put(key, attachment.data)
+            error = _put(store, key, attachment, reply)
+            if error:
+                state, key = State.NOT_STORED, ""
         else:
             logger.warning(
                 "attachment %s of reply %s (%s bytes) %s: kept in the raw mail only",
@@ -77,9 +85,33 @@ def reply_attachments_keep(
                 inline=attachment.inline,
                 state=state,
                 store_key=key,
+                store_error=error,
             )
         )
     return ReplyAttachment.objects.bulk_create(rows)
+
+
+def _put(store: MailStore, key: str, attachment: MailAttachment, reply: Reply) -> str:
+    """Write one attachment; "" when stored, else the store's error (logged)."""
+    try:
+        store.put(key, attachment.data)
+    except StoreError as exc:
+        logger.warning(
+            "attachment %s of reply %s (%s bytes) could not be stored (%s): kept in the raw "
+            "mail only: %s",
+            attachment.index,
+            reply.pk,
+            attachment.size,
+            "temporary" if exc.transient else "permanent",
+            exc,
+            extra={
+                "action": "attachment_store_failed",
+                "reply_id": reply.pk,
+                "transient": exc.transient,
+            },
+        )
+        return str(exc)[:2000]
+    return ""
 
 
 def reply_raw_must_be_kept(reply: Reply) -> bool:

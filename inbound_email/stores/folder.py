@@ -18,6 +18,25 @@ from inbound_email.stores.base import StoredObject, safe_key, skip_key
 
 logger = logging.getLogger(__name__)
 
+# Write errors that the same write meets again on every attempt.
+_NEVER_WRITABLE = frozenset(
+    {errno.ENAMETOOLONG, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.EILSEQ, errno.EINVAL}
+)
+
+
+def _remove_quietly(path: Path) -> None:
+    """Remove a temporary file of a failed write; a failure to remove it is logged (the
+    write's own error is the one raised)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        logger.warning(
+            "temporary file %s of a failed write could not be removed: %s",
+            path.name,
+            exc,
+            extra={"action": "store_temp_file_left", "path": str(path)},
+        )
+
 
 class FolderStore:
     """A local folder: the embedded default. Keys are paths relative to the folder.
@@ -165,15 +184,26 @@ class FolderStore:
     get_quarantined = get
 
     def put(self, key: str, data: bytes) -> None:
+        """Write through a dot-file renamed into place; the dot-file never outlives a failed
+        write (issue 28.1: one was left per attempt). A name the file system can never take
+        (too long, not a folder where one is needed, a folder where the file goes) is a
+        permanent error: retrying it only spends the mail's attempts."""
         path = self._path(key)
+        tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
             os.replace(tmp, path)
+            tmp = None
         except OSError as exc:
-            raise StoreError(f"writing {key} failed: {exc}", transient=True) from exc
+            raise StoreError(
+                f"writing {key} failed: {exc}", transient=exc.errno not in _NEVER_WRITABLE
+            ) from exc
+        finally:
+            if tmp is not None:
+                _remove_quietly(Path(tmp))
 
     def quarantine(self, key: str) -> str:
         """Copy the entry to the quarantine prefix: a file's bytes, a symlink as a link with

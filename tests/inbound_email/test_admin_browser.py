@@ -137,3 +137,45 @@ def test_operator_views_quarantined_mail_safely_then_reprocesses_and_discards_it
 
     assert seen["dialogs"] == []
     assert seen["external"] == []
+
+
+def test_an_attachment_the_store_refused_shows_why_and_downloads_from_the_raw_mail(
+    page, screenshot, django_user_model, folder_store, notification, settings
+):
+    """Issue 28.1: an operator finds a reply's attachment the store refused: its long
+    Chinese name, the state "kept in raw, the store write failed", the store's error, and a
+    download of the raw mail that holds it."""
+    from tests.inbound_email.services.test_attachment_names import CHINESE
+    from tests.support.mail import PDF, with_attachments
+
+    settings.INBOUND_EMAIL_ATTACHMENTS_PREFIX = ".attachments/"
+    folder_store.root.mkdir(parents=True, exist_ok=True)
+    (folder_store.root / ".attachments").write_bytes(b"not a folder")
+    raw = build_mail(
+        token=notification.token,
+        body="Please see my comments attached.",
+        attach=with_attachments(pdf_name=CHINESE + ".pdf"),
+    )
+    folder_store.put("reply", raw)
+    poll_once()
+    operator = make_staff(
+        django_user_model,
+        username="operator",
+        permissions=["inbound_email.view_replyattachment", "inbound_email.view_inboundemail"],
+    )
+    log_in(page, operator)
+
+    page.goto("/admin/inbound_email/replyattachment/?state__exact=not_stored")
+    row = page.locator("#result_list tbody tr")
+    assert row.count() == 1
+    assert "Kept in raw, the store write failed" in row.inner_text()
+    screenshot(page, "refused-attachment-list")
+    row.locator("th a").click()
+    page.wait_for_url(re.compile(r"/admin/inbound_email/replyattachment/\d+/change/"))
+    assert page.locator(".field-filename .readonly").inner_text().endswith(".pdf")
+    assert "Not a directory" in page.locator(".field-store_error .readonly").inner_text()
+    screenshot(page, "refused-attachment-detail")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="download .eml").click()
+    saved = download.value.path().read_bytes()
+    assert saved == raw and PDF[:20] not in saved  # the PDF is in the raw, base64-encoded

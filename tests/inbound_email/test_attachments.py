@@ -4,10 +4,18 @@ database: a PDF, an inline image, an attached mail, hostile file names."""
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from inbound_email.attachments import FILENAME_MAX_CHARS, safe_filename
+from inbound_email.attachments import (
+    FILENAME_MAX_CHARS,
+    STORED_NAME_MAX_BYTES,
+    safe_filename,
+    stored_name,
+)
 from inbound_email.parsing import parse_mail
 from tests.support.mail import PDF, PNG, build_mail, with_attachments
 
@@ -69,6 +77,49 @@ def test_file_names_lose_path_separators_and_control_characters(name, expected):
 def test_a_long_file_name_is_cut_keeping_its_extension():
     name = safe_filename("x" * 500 + ".docx", index=1, content_type="application/octet-stream")
     assert len(name) == FILENAME_MAX_CHARS and name.endswith("x.docx")
+
+
+@pytest.mark.parametrize("index", [1, 12, 100])
+def test_a_name_whose_stored_form_is_exactly_255_bytes_is_kept_whole_and_one_more_is_cut(index):
+    """Issue 28.1: the key's last part, `<index>-<name>`, prefix included, is at most 255
+    bytes of UTF-8 (pathvalidate cut the name alone to 255, and `.pdf` went with it)."""
+    prefix = len(f"{index}-")
+    stem = "\u4e2d" * ((STORED_NAME_MAX_BYTES - prefix - 4) // 3)
+    stem += "x" * ((STORED_NAME_MAX_BYTES - prefix - 4) % 3)  # exactly 255 with ".pdf"
+    exact = safe_filename(stem + ".pdf", index=index, content_type="application/pdf")
+    longer = safe_filename("\u4e2d" + stem + ".pdf", index=index, content_type="application/pdf")
+
+    assert exact == stem + ".pdf"
+    assert len(stored_name(index=index, filename=exact).encode()) == STORED_NAME_MAX_BYTES
+    assert longer.endswith(".pdf") and len(longer) < len(stem) + 5
+    assert len(stored_name(index=index, filename=longer).encode()) <= STORED_NAME_MAX_BYTES
+
+
+def test_a_cut_never_separates_a_character_from_its_combining_marks():
+    name = "r\u00e9sume\u0301 " + "\u0915\u094d\u0937\u093f" * 40 + ".pdf"  # Devanagari
+    cut = safe_filename(name, index=1, content_type="application/pdf")
+
+    stem = cut.removesuffix(".pdf")
+    assert cut.endswith(".pdf") and name.startswith(stem)
+    assert name[len(stem)] == "\u0915"  # the cut-off part starts with a base character
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    stem=st.text(st.characters(categories=["L", "M", "N", "So"]), min_size=1, max_size=300),
+    index=st.integers(min_value=1, max_value=100),
+)
+def test_any_name_in_any_script_fits_its_key_and_keeps_its_extension(stem, index):
+    """Issue 28.1, as a property: whatever the letters, marks, digits and symbols, the key's
+    last part is at most 255 bytes, `.pdf` stays, and a cut name is a beginning of the
+    sender's cut where a new character sequence starts."""
+    name = safe_filename(stem + ".pdf", index=index, content_type="application/pdf")
+
+    assert len(stored_name(index=index, filename=name).encode()) <= STORED_NAME_MAX_BYTES
+    assert name.endswith(".pdf")
+    kept = name.removesuffix(".pdf")
+    if kept != stem and not name.startswith("attachment-") and stem.startswith(kept):
+        assert unicodedata.combining(stem[len(kept)]) == 0
 
 
 def test_body_text_past_the_first_part_is_kept_as_an_attachment():

@@ -249,3 +249,62 @@ def test_a_mail_whose_s3_body_trickles_is_retried_later_not_lost(
 
     assert second.status == InboundEmail.Status.PROCESSED
     assert Reply.objects.get(inbound_email_id=row.pk).rating == 4
+
+
+def _incoming(root) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob(".incoming-*"))
+
+
+def test_a_folder_write_that_fails_at_the_rename_leaves_no_temp_file(folder_store):
+    """Issue 28.1: each failed write used to leave its `.incoming-*` file behind (here the
+    name is taken by a folder, so the final rename fails)."""
+    (folder_store.root / "attachments" / "7" / "1-x.pdf").mkdir(parents=True)
+
+    with pytest.raises(StoreError, match="writing attachments/7/1-x.pdf failed"):
+        folder_store.put("attachments/7/1-x.pdf", b"%PDF")
+
+    assert _incoming(folder_store.root) == []
+
+
+def test_a_folder_name_too_long_for_the_file_system_is_a_permanent_error(folder_store):
+    """ENAMETOOLONG will fail on every attempt: never counted as temporary."""
+    with pytest.raises(StoreError) as error:
+        folder_store.put("attachments/7/" + "x" * 256, b"%PDF")
+
+    assert error.value.transient is False
+    assert _incoming(folder_store.root) == []
+
+
+_WRITE_OVER_THE_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+from pathlib import Path
+from inbound_email.exceptions import StoreError
+from inbound_email.stores.folder import FolderStore
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (1000, 1000))
+try:
+    FolderStore(Path(sys.argv[1]), "quarantine/").put("attachments/7/1-big.pdf", b"x" * 5000)
+except StoreError as exc:
+    print("refused:", exc)
+"""
+
+
+def test_a_folder_write_that_fails_half_way_leaves_no_temp_file(tmp_path):
+    """The bytes cannot all be written (a full disk; here the process's file size limit, on
+    the real file system, in a child process so the limit stays there)."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "mail"
+    result = subprocess.run(
+        [sys.executable, "-c", _WRITE_OVER_THE_FILE_SIZE_LIMIT, str(root)],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert "refused: writing attachments/7/1-big.pdf failed" in result.stdout, result.stderr
+    assert _incoming(root) == []
+    assert not (root / "attachments" / "7" / "1-big.pdf").exists()

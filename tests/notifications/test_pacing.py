@@ -7,6 +7,8 @@ exceeded." / "Daily message quota exceeded.").
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -19,6 +21,7 @@ from notifications.pacing import Pacer, take_send_slot
 from notifications.senders.base import OutgoingEmail, SendQuotaExceeded, SendThrottled
 from notifications.senders.ses import SesEmailSender
 from notifications.sweeps import sweep_new_proposals
+from tests.support.processes import PROJECT_ROOT, communicate_all
 from tests.support.ses_limits import SesLimits
 from tests.support.threads import run_side_by_side
 
@@ -90,6 +93,61 @@ def test_the_pace_holds_across_processes_together():
     slots.sort()
     gaps = [(b - a).total_seconds() for a, b in zip(slots, slots[1:], strict=False)]
     assert len(slots) == 20
+    assert min(gaps) >= 1 / rate - 1e-6, gaps
+
+
+_TAKE_SLOTS = """
+import sys
+
+import django
+
+django.setup()
+from notifications.pacing import take_send_slot
+
+print("ready", flush=True)
+sys.stdin.readline()  # the go: both processes ask at once
+for _ in range(int(sys.argv[1])):
+    print(take_send_slot(float(sys.argv[2])).at.timestamp(), flush=True)
+"""
+
+
+@pytest.mark.slow  # two Django start-ups, a few seconds
+@pytest.mark.django_db(transaction=True)
+def test_the_pace_holds_across_two_real_processes(subprocess_env):
+    """Issue 28.7: the test above runs two threads of one process, so a bucket kept in the
+    process (a module-level "next slot") passed it. Two worker processes, started and then
+    told to go at the same moment, take their slots from the one bucket in the database:
+    all ten are 1/rate apart, whichever process took them."""
+    rate, each = 5.0, 5
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _TAKE_SLOTS, str(each), str(rate)],
+            env=subprocess_env,
+            cwd=PROJECT_ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    try:
+        for child in children:
+            assert child.stdout.readline().strip() == "ready", child.stderr.read()
+        for child in children:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+    finally:
+        outputs = communicate_all(children, timeout=60)
+
+    slots = []
+    for child, (out, err) in zip(children, outputs, strict=True):
+        assert child.returncode == 0, err
+        taken = [float(line) for line in out.split()]
+        assert len(taken) == each
+        slots.extend(taken)
+    slots.sort()
+    gaps = [b - a for a, b in zip(slots, slots[1:], strict=False)]
     assert min(gaps) >= 1 / rate - 1e-6, gaps
 
 
@@ -205,3 +263,40 @@ def test_a_quota_get_send_quota_shows_spent_holds_without_a_refused_call(make_pi
     assert ses.throttled_quota == 0 and len(ses.accepted) == 2
     assert set(EmailNotification.objects.values_list("status", "attempts")) == {(Status.PENDING, 0)}
     assert "GetSendQuota" in SendingState.objects.get().pause_reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_notice_refused_for_the_rate_every_try_goes_back_unspent_and_never_fails(
+    make_pi, ses_at, settings
+):
+    """Issue 28.7: only the retry loop was exercised. Here SES refuses every try for the rate
+    (THROTTLE_TRIES in a row, sweep after sweep, more sweeps than the notice has attempts):
+    each time the claim goes back to `pending` with no attempt spent, it never ends
+    `failed`, and once the rate frees it is sent on its first attempt."""
+    from notifications.sweep_delivery import THROTTLE_TRIES
+
+    ses = ses_at(rate=0.001, burst=0)  # no token for the next 1,000 s: Throttling every time
+    settings.NOTIFICATION_SEND_RATE = 1000  # our pace is not the limit; SES's is
+    settings.NOTIFICATION_THROTTLE_RETRY_SECONDS = 0.01
+    settings.NOTIFICATION_SEND_MAX_ATTEMPTS = 2
+    pi = make_pi()
+    now = timezone.now()
+
+    for cycle in range(3):
+        summary = sweep_new_proposals(now=now + timedelta(minutes=cycle))
+
+        assert (summary.sent, summary.failed, summary.throttled) == (0, 0, THROTTLE_TRIES)
+        assert summary.released == 1
+        row = EmailNotification.objects.get()
+        assert (row.status, row.attempts, row.failure_reason) == (Status.PENDING, 0, "")
+        assert f"refused for the sending rate {THROTTLE_TRIES} times in a row" in row.last_error
+        assert row.retry_after is not None
+    assert ses.throttled_rate == 3 * THROTTLE_TRIES and ses.accepted == []
+
+    ses.rate = ses.burst = 1000
+    later = sweep_new_proposals(now=now + timedelta(minutes=5))
+
+    assert (later.sent, later.failed) == (1, 0)
+    row = EmailNotification.objects.get()
+    assert (row.status, row.attempts) == (Status.SENT, 1)
+    assert ses.recipients() == [pi.email]

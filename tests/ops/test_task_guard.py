@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pickle
 import subprocess
+import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,8 @@ from django.db import connection
 from django.utils import timezone
 from django_q import core_signing
 from django_q.brokers import get_broker
-from django_q.models import Failure, OrmQ
+from django_q.models import Failure, OrmQ, Schedule
+from django_q.scheduler import scheduler
 from django_q.signing import PickleSerializer, SignedPackage
 from django_q.tasks import async_task
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ops.models import RefusedTask
 from ops.status import worker_status
 from ops.task_guard import ALLOWED_FUNCTIONS, GuardedOrmBroker, TaskRefused
+from tests.support import import_log
 from tests.support.processes import spawn_manage_py, stop_process_group
 
 TOKEN = "task-guard-scrape-token"
@@ -127,6 +131,57 @@ def test_an_unknown_function_queued_through_async_task_runs_nothing(tmp_path, ca
     assert (refusal.source, refusal.func) == ("enqueue", "os.system")
     errors = [r for r in caplog.records if r.name == "ops.task_guard" and r.levelname == "ERROR"]
     assert [r.action for r in errors] == ["task_refused"]
+
+
+RECORDER = "tests.ops.import_recorder"  # records its own import in tests/support/import_log
+
+
+@pytest.fixture
+def recorder_never_imported():
+    sys.modules.pop(RECORDER, None)
+    import_log.IMPORTED.clear()
+    yield
+    sys.modules.pop(RECORDER, None)
+    import_log.IMPORTED.clear()
+
+
+@pytest.mark.django_db(transaction=True)  # django-q2's scheduler closes the connection
+def test_a_refused_task_never_imports_the_module_it_names(recorder_never_imported):
+    """Issue 28.7: the guard refused the right tasks, but one that imported the named module
+    before refusing it (`pydoc.locate`, as django-q2 resolves a func) passed every test,
+    and importing a module runs its code. A schedule run by django-q2's scheduler, an
+    async_task, a hook and a broker row each name a module that records its own import:
+    all are refused and the module is never imported."""
+    Schedule.objects.create(
+        name="recorder",
+        func=f"{RECORDER}.run",
+        schedule_type=Schedule.MINUTES,
+        minutes=1,
+        repeats=-1,
+        next_run=timezone.now() - timedelta(minutes=1),
+    )
+    scheduler(broker=get_broker())  # django-q2's scheduler: the schedule is due
+    with pytest.raises(TaskRefused):
+        async_task(f"{RECORDER}.run", sync=True)
+    with pytest.raises(TaskRefused):
+        async_task("jobs.tasks.reap_stale_jobs", hook=f"{RECORDER}.hook", sync=True)
+    _broker_row(SignedPackage.dumps(_task(f"{RECORDER}.run")))
+    broker = GuardedOrmBroker(list_key=get_broker().list_key)
+    handed = [task for _ in range(3) for task in broker.dequeue() or []]
+
+    refused = sorted((r.source, r.func, r.hook) for r in RefusedTask.objects.all())
+    assert refused == [
+        ("broker", f"{RECORDER}.run", ""),
+        ("enqueue", "jobs.tasks.reap_stale_jobs", f"{RECORDER}.hook"),
+        ("enqueue", f"{RECORDER}.run", ""),  # the schedule
+        ("enqueue", f"{RECORDER}.run", ""),  # async_task
+    ]
+    # What the scheduler queued is the refusal itself, never the named function.
+    assert [SignedPackage.loads(payload)["func"] for _, payload in handed] == [
+        "ops.task_guard.refused_task"
+    ]
+    assert import_log.IMPORTED == []
+    assert RECORDER not in sys.modules
 
 
 @pytest.mark.slow

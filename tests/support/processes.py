@@ -65,6 +65,18 @@ def spawn_manage_py(*args: str, env: dict[str, str], **kwargs) -> subprocess.Pop
     )
 
 
+def communicate_all(processes: list[subprocess.Popen], timeout: float) -> list[tuple[str, str]]:
+    """Each process's (stdout, stderr) once it has exited; whichever is still running when
+    this returns or raises (a timeout, a failed assertion) is killed, never left behind."""
+    try:
+        return [process.communicate(timeout=timeout) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+
+
 def stop_process_group(process: subprocess.Popen, timeout: float = 30) -> None:
     """Stop a process started with start_new_session=True and everything it forked.
 
