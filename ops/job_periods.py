@@ -17,11 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import F, Sum
+from django.db.models import F, QuerySet, Sum
 
+from ops.aggregates import ArraySum
 from ops.charts import bucket_floor
 from ops.durations import humanize_seconds
-from ops.models import JobPeriod
+from ops.models import JobPeriod, JobPeriodDelta
 from project.pg_time import DateBin
 
 # Upper bounds (seconds): those of migration 0004's ops_job_statement() (and of /metrics).
@@ -104,8 +105,8 @@ def kind_table(*, now: datetime, counts_by_kind: Mapping[str, Mapping[str, int]]
         row = stats.setdefault(kind, KindStats(kind))
         row.queued = counts.get("queued", 0)
         row.running = counts.get("processing", 0)
-    periods = JobPeriod.objects.filter(start__gte=since).values_list(
-        "kind", "completed", "failed", "retried", "durations", "waits"
+    periods = _per_kind(JobPeriod.objects.filter(start__gte=since)).union(
+        _per_kind(JobPeriodDelta.objects.filter(start__gte=since)), all=True
     )
     for kind, completed, failed, retried, durations, waits in periods:
         row = stats.setdefault(kind, KindStats(kind))
@@ -120,9 +121,26 @@ def kind_table(*, now: datetime, counts_by_kind: Mapping[str, Mapping[str, int]]
     return KindTable(rows=tuple(shown), since=since, more=max(len(active) - MAX_KINDS, 0))
 
 
+def _per_kind(rows: QuerySet) -> QuerySet:
+    """(kind, completed, failed, retried, durations, waits) of `rows` summed per kind in the
+    database: the rolled-up periods and the deltas not rolled up yet (issue 32) alike."""
+    return (
+        rows.order_by()
+        .values_list("kind")
+        .annotate(
+            c=Sum("completed"),
+            f=Sum("failed"),
+            r=Sum("retried"),
+            d=ArraySum("durations"),
+            w=ArraySum("waits"),
+        )
+    )
+
+
 def job_periods_prune(*, now: datetime) -> int:
-    """Delete JobPeriod rows older than JOB_PERIODS_KEPT."""
+    """Delete JobPeriod rows (and deltas not rolled up) older than JOB_PERIODS_KEPT."""
     deleted, _ = JobPeriod.objects.filter(start__lt=now - JOB_PERIODS_KEPT).delete()
+    JobPeriodDelta.objects.filter(start__lt=now - JOB_PERIODS_KEPT).delete()
     return deleted
 
 
@@ -136,16 +154,22 @@ def finished_per_bucket(*, since: datetime, step: timedelta) -> dict[str, dict[d
     """
     if step % PERIOD:
         raise ValueError(f"step {step} is not a whole number of {PERIOD} periods")
-    rows = (
-        JobPeriod.objects.filter(start__gte=since)
-        .annotate(bucket=DateBin(step, F("start")))
-        .values("bucket")
-        .annotate(completed=Sum("completed"), failed=Sum("failed"))
-        .order_by("bucket")
+
+    def per_bucket(rows: QuerySet) -> QuerySet:
+        return (
+            rows.filter(start__gte=since)
+            .order_by()
+            .annotate(bucket=DateBin(step, F("start")))
+            .values_list("bucket")
+            .annotate(c=Sum("completed"), f=Sum("failed"))
+        )
+
+    rows = per_bucket(JobPeriod.objects.all()).union(
+        per_bucket(JobPeriodDelta.objects.all()), all=True
     )
     series: dict[str, dict[datetime, int]] = {"completed": {}, "failed": {}}
-    for row in rows:
-        for status in ("completed", "failed"):
-            if row[status]:
-                series[status][row["bucket"]] = row[status]
-    return series
+    for bucket, completed, failed in rows:
+        for status, n in (("completed", completed), ("failed", failed)):
+            if n:
+                series[status][bucket] = series[status].get(bucket, 0) + n
+    return {status: dict(sorted(counts.items())) for status, counts in series.items()}

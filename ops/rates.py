@@ -14,13 +14,15 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from django.db.models import QuerySet, Sum
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from inbound_email.models import InboundEmail, Reply
 from jobs import registry
 from notifications.models import EmailNotification
-from ops.models import MetricSeries
+from ops.aggregates import ArraySum
+from ops.models import MetricDelta, MetricSeries
 
 OTHER = "other"
 
@@ -37,12 +39,12 @@ class Series:
         if self.count and bounds != self.bounds:
             raise ValueError(f"histogram bounds differ between shards: {bounds} vs {self.bounds}")
         self.bounds = bounds
-        self.count += row["count"]
-        self.sum += row["sum"]
+        self.count += row["n"]
+        self.sum += row["total"]
         if bounds:
             if not self.buckets:
                 self.buckets = [0] * (len(bounds) + 1)
-            for i, n in enumerate(row["buckets"]):
+            for i, n in enumerate(row["hist"] or ()):
                 self.buckets[i] += n
 
     def cumulative(self) -> list[tuple[str, float]]:
@@ -58,7 +60,8 @@ def _bounded(allowed: set[str]) -> Callable[[str], str]:
 
 
 def read_series() -> dict[str, dict[str, Series]]:
-    """metric -> bounded label -> the shards summed; one query."""
+    """metric -> bounded label -> the shards and the deltas not rolled up yet (issue 32)
+    summed; one statement, so a rollup committing meanwhile is counted once."""
     job_kind = _bounded(set(registry.registered_kinds()))
     bounders: dict[str, Callable[[str], str]] = defaultdict(lambda: job_kind)
     bounders["inbound_mail"] = _bounded(set(InboundEmail.Status.values))
@@ -66,12 +69,19 @@ def read_series() -> dict[str, dict[str, Series]]:
     bounders["notifications_failed"] = bounders["notifications_sent"]
     bounders["instruction_relays"] = _bounded(set(Reply.RelayStatus.values))
     found: dict[str, dict[str, Series]] = defaultdict(lambda: defaultdict(Series))
-    rows = MetricSeries.objects.order_by("metric", "label", "shard").values(
-        "metric", "label", "count", "sum", "bounds", "buckets"
-    )
+    rows = _summed(MetricSeries.objects.all()).union(_summed(MetricDelta.objects.all()), all=True)
     for row in rows:
         found[row["metric"]][bounders[row["metric"]](row["label"])].add(row)
     return found
+
+
+def _summed(rows: QuerySet) -> QuerySet:
+    """Per series: the count, the sum and the buckets of `rows` added up in the database."""
+    return (
+        rows.order_by()
+        .values("metric", "label", "bounds")
+        .annotate(n=Sum("count"), total=Sum("sum"), hist=ArraySum("buckets"))
+    )
 
 
 COUNTERS = (
