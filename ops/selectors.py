@@ -43,10 +43,15 @@ class OpenTransaction:
     holds_snapshot: bool
 
 
-def oldest_open_transaction() -> OpenTransaction | None:
-    """The session whose transaction has been open longest on this database (pg_stat_activity),
-    or None when no other session is inside a transaction."""
+def database_clock_and_oldest_transaction() -> tuple[str, datetime, OpenTransaction | None]:
+    """The server's version, its clock, and the session whose transaction has been open
+    longest on this database (pg_stat_activity; None when no other session is inside a
+    transaction), read by one statement: worker_status and the health page read the clock
+    anyway, so the oldest transaction costs them no round trip."""
     with connection.cursor() as cursor:
-        cursor.execute(_OLDEST_TRANSACTION)
-        row = cursor.fetchone()
-    return OpenTransaction(*row) if row else None
+        cursor.execute(
+            "SELECT current_setting('server_version'), clock_timestamp(), o.* "
+            f"FROM (SELECT) AS one LEFT JOIN ({_OLDEST_TRANSACTION}) AS o ON true"
+        )
+        version, clock, *oldest = cursor.fetchone()
+    return version, clock, OpenTransaction(*oldest) if oldest[0] is not None else None

@@ -34,7 +34,11 @@ from ops.conf import get_config
 from ops.durations import humanize_seconds
 from ops.schedule_status import schedule_runs
 from ops.schedules import unknown_schedules_enabled
-from ops.selectors import oldest_open_transaction, tasks_refused
+from ops.selectors import (
+    OpenTransaction,
+    database_clock_and_oldest_transaction,
+    tasks_refused,
+)
 from processes.selectors import processes_listed
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
@@ -91,10 +95,10 @@ class WorkerStatus:
 def worker_status(*, now: datetime | None = None) -> WorkerStatus:
     """The operator's view; every "stuck", "live" and "due" is judged at `now`, by default
     the database's time (several hosts look, and a host's clock may be minutes off)."""
-    database, db_time = _database_and_time()
+    database, db_time, oldest = _database_and_time()
     now = now or db_time
     status = WorkerStatus(now=now, database=database)
-    _oldest_transaction(status, now)
+    _oldest_transaction(status, oldest, now)
     _jobs(status, now)
     _inbound(status, now)
     _notifications(status, now)
@@ -151,24 +155,28 @@ def database_info() -> dict[str, Any]:
     return _database_and_time()[0]
 
 
-def _database_and_time() -> tuple[dict[str, Any], datetime]:
-    """database_info() and the database's clock, read by one statement."""
+def _database_and_time() -> tuple[dict[str, Any], datetime, OpenTransaction | None]:
+    """database_info(), the database's clock and the oldest open transaction, read by one
+    statement."""
     params = connection.settings_dict
     host = params.get("HOST") or "localhost"
     where = host if host.startswith("/") else f"{host}:{params.get('PORT') or 5432}"
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('server_version'), clock_timestamp()")
-        version, db_time = cursor.fetchone()
-    return {
-        "engine": connection.vendor,
-        "server_version": version,
-        "embedded": get_config().db_is_embedded,
-        "where": f"{where}/{params['NAME']}",
-    }, db_time
+    version, db_time, oldest = database_clock_and_oldest_transaction()
+    return (
+        {
+            "engine": connection.vendor,
+            "server_version": version,
+            "embedded": get_config().db_is_embedded,
+            "where": f"{where}/{params['NAME']}",
+        },
+        db_time,
+        oldest,
+    )
 
 
-def _oldest_transaction(status: WorkerStatus, now: datetime) -> None:
-    oldest = oldest_open_transaction()
+def _oldest_transaction(
+    status: WorkerStatus, oldest: OpenTransaction | None, now: datetime
+) -> None:
     if oldest is None:
         return
     age = max((now - oldest.xact_start).total_seconds(), 0.0)
