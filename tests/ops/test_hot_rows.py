@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -176,3 +177,62 @@ def test_figures_of_the_previous_release_stay_and_deltas_add_to_them():
     assert job_status_counts()["completed"] == 101
     assert read_series()["jobs_completed"]["tests.noop"].count == 101
     assert sum(JobPeriod.objects.values_list("completed", flat=True)) == 101
+
+
+def test_a_job_committed_while_a_rollup_runs_is_counted_once():
+    """The rollup moves only the deltas its snapshot sees; one committed after it waits for
+    the next rollup, counted meanwhile from the deltas."""
+    params = connection.settings_dict
+    producer = psycopg.connect(
+        psycopg.conninfo.make_conninfo(
+            dbname=params["NAME"],
+            user=params.get("USER") or None,
+            host=params.get("HOST") or None,
+            port=params.get("PORT") or None,
+        )
+    )
+    try:
+        producer.execute(
+            "INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, "
+            "run_after, created_at, locked_by, last_error) VALUES "
+            "('tests.noop', '{}', 'queued', 0, 0, 1, now(), now(), '', '')"
+        )
+        enqueue("tests.noop", {})
+        assert counters_roll_up() == 1  # the other producer's delta is not committed yet
+        producer.commit()
+    finally:
+        producer.close()
+    assert job_status_counts()["queued"] == 2
+    assert counters_roll_up() == 1
+    assert job_status_counts()["queued"] == 2
+
+
+def test_the_previous_releases_functions_are_kept_for_its_running_code():
+    """Expand/contract (I23): the old trigger functions stay until a later release; only the
+    triggers moved to the new ones."""
+    kept = {
+        "jobs_count_add",
+        "jobs_count_insert",
+        "jobs_count_update",
+        "jobs_count_delete",
+        "jobs_count_truncate",
+        "ops_metric_observe",
+        "ops_metric_add",
+        "ops_metric_job",
+        "ops_job_period",
+        "ops_job_statement",
+        "ops_metric_mail",
+        "ops_metric_notification",
+        "ops_metric_relay",
+    }
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT proname FROM pg_proc WHERE proname = ANY(%s)", [list(kept)])
+        assert {name for (name,) in cursor.fetchall()} == kept
+        cursor.execute(
+            "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgfoid::regproc::text "
+            "= ANY(%s)",
+            [list(kept)],
+        )
+        assert cursor.fetchall() == []  # no trigger calls an old function any more
+        cursor.execute("SELECT ops_metric_observe('jobs_completed', 'old.release', NULL, NULL)")
+    assert read_series()["jobs_completed"]["other"].count == 1
