@@ -24,7 +24,6 @@ import argparse
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -37,6 +36,9 @@ from pathlib import Path
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.support import stop_qcluster  # noqa: E402
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 WINDOW = 15.0  # seconds
 KIND = "bench.noop"  # registered by bench/handlers.py in the qcluster's workers
@@ -165,15 +167,6 @@ def start_qcluster(code: Path, env: dict[str, str], dsn: str) -> subprocess.Pope
             time.sleep(0.2)
     time.sleep(3)
     return cluster
-
-
-def stop_qcluster(cluster: subprocess.Popen) -> None:
-    os.killpg(cluster.pid, signal.SIGINT)
-    try:
-        cluster.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(cluster.pid, signal.SIGKILL)
-        cluster.wait()
 
 
 class Producer(threading.Thread):

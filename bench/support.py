@@ -6,6 +6,8 @@ The scripts run as files: each puts the project root on sys.path, then imports t
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -60,3 +62,13 @@ def counting_statements() -> Iterator[list[int]]:
 
     with connection.execute_wrapper(wrapper):
         yield count
+
+
+def stop_qcluster(cluster: subprocess.Popen) -> None:
+    """Stop a qcluster child started in a session of its own (SIGINT, then SIGKILL)."""
+    os.killpg(cluster.pid, signal.SIGINT)
+    try:
+        cluster.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(cluster.pid, signal.SIGKILL)
+        cluster.wait()

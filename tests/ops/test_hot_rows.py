@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import psycopg
 import pytest
 from django.db import connection
 from django.utils import timezone
@@ -30,6 +29,7 @@ from ops.job_periods import kind_table
 from ops.rates import read_series
 from ops.rollups import counters_roll_up
 from tests.jobs import handlers  # noqa: F401 - registers the tests.* job kinds
+from tests.support.sessions import other_session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -182,15 +182,7 @@ def test_figures_of_the_previous_release_stay_and_deltas_add_to_them():
 def test_a_job_committed_while_a_rollup_runs_is_counted_once():
     """The rollup moves only the deltas its snapshot sees; one committed after it waits for
     the next rollup, counted meanwhile from the deltas."""
-    params = connection.settings_dict
-    producer = psycopg.connect(
-        psycopg.conninfo.make_conninfo(
-            dbname=params["NAME"],
-            user=params.get("USER") or None,
-            host=params.get("HOST") or None,
-            port=params.get("PORT") or None,
-        )
-    )
+    producer = other_session(application_name="web-app")
     try:
         producer.execute(
             "INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, "

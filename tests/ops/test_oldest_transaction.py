@@ -17,30 +17,19 @@ from io import StringIO
 import psycopg
 import pytest
 from django.core.management import call_command
-from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
 from ops.status import worker_status
 from tests.support.browser import log_in, make_staff
+from tests.support.sessions import other_session
 
 APP = "quarterly-report"
-
-
-def _dsn() -> str:
-    params = connection.settings_dict
-    return psycopg.conninfo.make_conninfo(
-        dbname=params["NAME"],
-        user=params.get("USER") or None,
-        host=params.get("HOST") or None,
-        port=params.get("PORT") or None,
-        application_name=APP,
-    )
 
 
 @pytest.fixture
 def long_report() -> Iterator[psycopg.Connection]:
     """Another session holding a REPEATABLE READ snapshot, as a report would."""
-    conn = psycopg.connect(_dsn())
+    conn = other_session(application_name=APP)
     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
     conn.execute("SELECT count(*) FROM jobs_job").fetchone()
     try:
