@@ -12,7 +12,8 @@ migrates it with the code under test, starts `manage.py qcluster` there, then: 3
 unpinned, the pinned phase (`--minutes`), 30 s after the snapshot is released. Per 15 s
 window it prints the producer's rate, the INSERT p95, insert→start p95 (`started_at −
 created_at` of the jobs inserted in the window), the backlog (queued rows at the window's
-end), the load average, and the dead tuples (pg_stat_user_tables) of jobs_job and of the
+end), how long the runner's due scan for a batch of 20 takes (EXPLAIN ANALYZE), the load
+average, and the dead tuples (pg_stat_user_tables) of jobs_job and of the
 counter tables. Targets in every pinned window: rate ≥ 90 % of --rate, INSERT p95 ≤ 20 ms,
 insert→start p95 < 1 s, backlog < 2 s of arrivals. Everything it started is stopped and the
 folder removed at the end.
@@ -47,6 +48,13 @@ INSERT = (
     "created_at, locked_by, last_error) VALUES (%s, '{}', 'queued', 0, 0, 3, now(), "
     "clock_timestamp(), '', '') RETURNING id"
 )
+# The runner's due scan (jobs_runner_step's `due`, without its locks): how long finding a batch
+# takes while the dead index entries of claimed jobs cannot be removed.
+DUE_SCAN = (
+    "EXPLAIN (ANALYZE, FORMAT JSON) SELECT j.id FROM jobs_job AS j WHERE j.status = 'queued' "
+    "AND j.run_after <= clock_timestamp() AND j.attempts < j.max_attempts "
+    "ORDER BY j.priority DESC, j.run_after, j.id LIMIT 20"
+)
 TABLES = (
     "jobs_job",
     "jobs_jobcount",
@@ -66,6 +74,7 @@ class Window:
     first_id: int | None = None
     last_id: int | None = None
     backlog: int = 0
+    claim_scan: float = 0.0  # seconds: the runner's due scan for a batch of 20, EXPLAIN ANALYZE
     load: float = 0.0
     dead: dict[str, tuple[int, int]] = field(default_factory=dict)  # table: (live, dead)
     start_p95: float | None = None
@@ -210,6 +219,8 @@ def _sample(conn: psycopg.Connection, window: Window) -> None:
         "SELECT count(*) FROM jobs_job WHERE status = 'queued' AND run_after <= now()"
     ).fetchone()[0]
     window.load = os.getloadavg()[0]
+    plan = conn.execute(DUE_SCAN).fetchone()[0]
+    window.claim_scan = plan[0]["Execution Time"] / 1000
     conn.execute("SELECT pg_stat_clear_snapshot()")
     rows = conn.execute(
         "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s)",
@@ -252,9 +263,12 @@ def report(windows: list[Window], rate: float, args: argparse.Namespace, cluster
     short = {t: t.split("_", 1)[1][:11] for t in TABLES}
     print(
         f"{'phase':<8}{'t s':>6}{'jobs/s':>8}{'ins p95':>9}{'start p95':>10}{'backlog':>8}"
-        f"{'load':>6}  " + " ".join(f"{short[t]:>11}" for t in TABLES)
+        f"{'claim':>7}{'load':>6}  " + " ".join(f"{short[t]:>11}" for t in TABLES)
     )
-    print(f"{'':<8}{'':>6}{'':>8}{'ms':>9}{'ms':>10}{'rows':>8}{'1min':>6}  dead tuples (live)")
+    print(
+        f"{'':<8}{'':>6}{'':>8}{'ms':>9}{'ms':>10}{'rows':>8}{'ms':>7}{'1min':>6}  "
+        "dead tuples (live); jobs_job: dead only"
+    )
     ok = True
     for n, w in enumerate(windows):
         produced = w.inserted / WINDOW
@@ -270,7 +284,8 @@ def report(windows: list[Window], rate: float, args: argparse.Namespace, cluster
         )
         print(
             f"{w.phase:<8}{(n + 1) * WINDOW:6.0f}{produced:8.0f}{_fmt(ins, digits=2)}"
-            f"{_fmt(w.start_p95, width=10, digits=0)}{w.backlog:8d}{w.load:6.1f}  {dead}"
+            f"{_fmt(w.start_p95, width=10, digits=0)}{w.backlog:8d}"
+            f"{w.claim_scan * 1000:7.1f}{w.load:6.1f}  {dead}"
         )
     print(
         "targets in the pinned phase: jobs/s >= 90 % of the rate, INSERT p95 <= 20 ms, "
