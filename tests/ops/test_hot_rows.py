@@ -19,15 +19,21 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 from django.utils import timezone
+from django.utils.module_loading import import_string
+from django_q.models import Schedule
 from model_bakery import baker
 
 from inbound_email.models import InboundEmail, Reply
 from jobs import enqueue, run_pending
+from jobs.models import JobCount, JobCountDelta
 from jobs.selectors import job_counts_by_kind, job_status_counts
 from notifications.models import EmailNotification
 from ops.job_periods import kind_table
+from ops.models import JobPeriod, JobPeriodDelta, MetricDelta, MetricSeries
 from ops.rates import read_series
 from ops.rollups import counters_roll_up
+from ops.schedules import ensure_schedules
+from ops.task_guard import refusal_reason
 from tests.jobs import handlers  # noqa: F401 - registers the tests.* job kinds
 from tests.support.sessions import other_session
 
@@ -159,9 +165,6 @@ def test_mail_notification_and_relay_outcomes_update_no_shared_row():
 def test_figures_of_the_previous_release_stay_and_deltas_add_to_them():
     """Rows the old triggers wrote (shards 0-15) are kept and summed with the new deltas
     (expand/contract: the deploy loses no count)."""
-    from jobs.models import JobCount
-    from ops.models import JobPeriod, MetricSeries
-
     start = timezone.now().replace(minute=0, second=0, microsecond=0)
     JobCount.objects.create(kind="tests.noop", status="completed", shard=7, n=100)
     MetricSeries.objects.create(metric="jobs_completed", label="tests.noop", shard=7, count=100)
@@ -228,3 +231,21 @@ def test_the_previous_releases_functions_are_kept_for_its_running_code():
         assert cursor.fetchall() == []  # no trigger calls an old function any more
         cursor.execute("SELECT ops_metric_observe('jobs_completed', 'old.release', NULL, NULL)")
     assert read_series()["jobs_completed"]["other"].count == 1
+
+
+def test_the_rollup_is_a_schedule_created_by_code_and_folds_every_delta():
+    ensure_schedules()
+    schedule = Schedule.objects.get(name="ops: roll up counters")
+    assert (schedule.func, schedule.minutes, schedule.repeats) == (
+        "ops.tasks.roll_up_counters",
+        1,
+        -1,
+    )
+    assert refusal_reason({"func": schedule.func}) is None  # the worker runs it
+    enqueue("tests.noop", {})
+    run_pending()
+    before = _figures()
+    assert import_string(schedule.func)() > 0
+    assert not JobCountDelta.objects.exists()
+    assert not MetricDelta.objects.exists() and not JobPeriodDelta.objects.exists()
+    assert _figures() == before
