@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 
 from django.db.models import F, QuerySet, Sum
 
-from ops.aggregates import ArraySum
 from ops.charts import bucket_floor
 from ops.durations import humanize_seconds
 from ops.models import JobPeriod, JobPeriodDelta
@@ -98,15 +97,25 @@ def _add(into: list[int], values: Sequence[int] | None) -> None:
 
 
 def kind_table(*, now: datetime, counts_by_kind: Mapping[str, Mapping[str, int]]) -> KindTable:
-    """One query: the JobPeriod rows of the current 30-minute period and the 47 before it."""
+    """One query: the JobPeriod rows of the current 30-minute period and the 47 before it,
+    and the deltas of those periods not rolled up yet (issue 32)."""
     since = bucket_floor(now, PERIOD) - (WINDOW - PERIOD)
     stats: dict[str, KindStats] = {}
     for kind, counts in counts_by_kind.items():
         row = stats.setdefault(kind, KindStats(kind))
         row.queued = counts.get("queued", 0)
         row.running = counts.get("processing", 0)
-    periods = _per_kind(JobPeriod.objects.filter(start__gte=since)).union(
-        _per_kind(JobPeriodDelta.objects.filter(start__gte=since)), all=True
+    # Rows summed here, not in SQL: an element-wise array sum in PostgreSQL (ops_array_sum)
+    # cost 170 ms for a day of periods at 1,000,000 jobs (bench/console.py), this ~20 ms.
+    columns = ("kind", "completed", "failed", "retried", "durations", "waits")
+    periods = (
+        JobPeriod.objects.filter(start__gte=since)
+        .order_by()
+        .values_list(*columns)
+        .union(
+            JobPeriodDelta.objects.filter(start__gte=since).order_by().values_list(*columns),
+            all=True,
+        )
     )
     for kind, completed, failed, retried, durations, waits in periods:
         row = stats.setdefault(kind, KindStats(kind))
@@ -119,22 +128,6 @@ def kind_table(*, now: datetime, counts_by_kind: Mapping[str, Mapping[str, int]]
     active.sort(key=lambda row: (-row.activity, row.kind))
     shown = sorted(active[:MAX_KINDS], key=lambda row: row.kind)
     return KindTable(rows=tuple(shown), since=since, more=max(len(active) - MAX_KINDS, 0))
-
-
-def _per_kind(rows: QuerySet) -> QuerySet:
-    """(kind, completed, failed, retried, durations, waits) of `rows` summed per kind in the
-    database: the rolled-up periods and the deltas not rolled up yet (issue 32) alike."""
-    return (
-        rows.order_by()
-        .values_list("kind")
-        .annotate(
-            c=Sum("completed"),
-            f=Sum("failed"),
-            r=Sum("retried"),
-            d=ArraySum("durations"),
-            w=ArraySum("waits"),
-        )
-    )
 
 
 def job_periods_prune(*, now: datetime) -> int:

@@ -14,14 +14,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from django.db.models import QuerySet, Sum
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from inbound_email.models import InboundEmail, Reply
 from jobs import registry
 from notifications.models import EmailNotification
-from ops.aggregates import ArraySum
 from ops.models import MetricDelta, MetricSeries
 
 OTHER = "other"
@@ -39,12 +37,12 @@ class Series:
         if self.count and bounds != self.bounds:
             raise ValueError(f"histogram bounds differ between shards: {bounds} vs {self.bounds}")
         self.bounds = bounds
-        self.count += row["n"]
-        self.sum += row["total"]
+        self.count += row["count"]
+        self.sum += row["sum"]
         if bounds:
             if not self.buckets:
                 self.buckets = [0] * (len(bounds) + 1)
-            for i, n in enumerate(row["hist"] or ()):
+            for i, n in enumerate(row["buckets"] or ()):
                 self.buckets[i] += n
 
     def cumulative(self) -> list[tuple[str, float]]:
@@ -69,19 +67,15 @@ def read_series() -> dict[str, dict[str, Series]]:
     bounders["notifications_failed"] = bounders["notifications_sent"]
     bounders["instruction_relays"] = _bounded(set(Reply.RelayStatus.values))
     found: dict[str, dict[str, Series]] = defaultdict(lambda: defaultdict(Series))
-    rows = _summed(MetricSeries.objects.all()).union(_summed(MetricDelta.objects.all()), all=True)
+    columns = ("metric", "label", "count", "sum", "bounds", "buckets")
+    rows = (
+        MetricSeries.objects.order_by()
+        .values(*columns)
+        .union(MetricDelta.objects.order_by().values(*columns), all=True)
+    )
     for row in rows:
         found[row["metric"]][bounders[row["metric"]](row["label"])].add(row)
     return found
-
-
-def _summed(rows: QuerySet) -> QuerySet:
-    """Per series: the count, the sum and the buckets of `rows` added up in the database."""
-    return (
-        rows.order_by()
-        .values("metric", "label", "bounds")
-        .annotate(n=Sum("count"), total=Sum("sum"), hist=ArraySum("buckets"))
-    )
 
 
 COUNTERS = (
