@@ -38,7 +38,7 @@ import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.support import stop_qcluster  # noqa: E402
+from bench.support import COUNTER_TABLES, stop_qcluster  # noqa: E402
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 WINDOW = 15.0  # seconds
@@ -55,15 +55,7 @@ DUE_SCAN = (
     "AND j.run_after <= clock_timestamp() AND j.attempts < j.max_attempts "
     "ORDER BY j.priority DESC, j.run_after, j.id LIMIT 20"
 )
-TABLES = (
-    "jobs_job",
-    "jobs_jobcount",
-    "jobs_jobcountdelta",
-    "ops_metricseries",
-    "ops_metricdelta",
-    "ops_jobperiod",
-    "ops_jobperioddelta",
-)
+TABLES = ("jobs_job", *COUNTER_TABLES)
 
 
 @dataclass

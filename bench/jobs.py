@@ -53,7 +53,7 @@ from django.conf import settings  # noqa: E402
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from bench.support import dsn_from_settings, ensure_database  # noqa: E402
+from bench.support import COUNTER_TABLES, dsn_from_settings, ensure_database  # noqa: E402
 from jobs import handler, run_pending  # noqa: E402
 from ops.rollups import counters_roll_up  # noqa: E402
 
@@ -132,16 +132,6 @@ class Meter:
 
     def round(self, count: int) -> Round:
         return Round(count / self.wall, self.cpu / count * 1e6, self.server / count * 1e6)
-
-
-COUNTER_TABLES = (
-    "jobs_jobcount",
-    "jobs_jobcountdelta",
-    "ops_metricseries",
-    "ops_metricdelta",
-    "ops_jobperiod",
-    "ops_jobperioddelta",
-)
 
 
 def fill(table: str, count: int, *, also_vacuum: tuple[str, ...] = ()) -> None:

@@ -14,6 +14,16 @@ from contextlib import contextmanager
 import psycopg
 from django.db import connection
 
+# The tables the job triggers count into (issue 32: append-only deltas and their rollups).
+COUNTER_TABLES = (
+    "jobs_jobcount",
+    "jobs_jobcountdelta",
+    "ops_metricseries",
+    "ops_metricdelta",
+    "ops_jobperiod",
+    "ops_jobperioddelta",
+)
+
 
 def setup_django_like_production() -> None:
     """Django set up as the image runs it (DEBUG=false): with DEBUG on, Django's debug cursor
