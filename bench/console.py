@@ -44,7 +44,8 @@ def fill(jobs: int, mails: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE jobs_job, jobs_jobattempt, jobs_jobcount, inbound_email_reply, "
-            "inbound_email_inboundemail, ops_metricseries, ops_jobperiod CASCADE"
+            "inbound_email_inboundemail, ops_metricseries, ops_jobperiod, jobs_jobcountdelta, "
+            "ops_metricdelta, ops_jobperioddelta CASCADE"
         )
         # Row triggers off while filling (their per-row work is what a live system spreads
         # over weeks); the counts they keep are written once below.

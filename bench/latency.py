@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -39,7 +38,7 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection, connections  # noqa: E402
 from django_q.models import OrmQ  # noqa: E402
 
-from bench.support import dsn_from_settings, ensure_database  # noqa: E402
+from bench.support import dsn_from_settings, ensure_database, stop_qcluster  # noqa: E402, F401
 from jobs import enqueue  # noqa: E402
 from jobs.models import Job  # noqa: E402
 from jobs.wakeup import wake_tasks_in_broker  # noqa: E402
@@ -149,15 +148,6 @@ def start_qcluster(workers: int) -> subprocess.Popen:
             time.sleep(0.1)
     time.sleep(3)  # let the start-up runs of the schedules pass
     return cluster
-
-
-def stop_qcluster(cluster: subprocess.Popen) -> None:
-    os.killpg(cluster.pid, signal.SIGINT)
-    try:
-        cluster.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(cluster.pid, signal.SIGKILL)
-        cluster.wait()
 
 
 def main() -> None:

@@ -6,11 +6,23 @@ The scripts run as files: each puts the project root on sys.path, then imports t
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import psycopg
 from django.db import connection
+
+# The tables the job triggers count into (issue 32: append-only deltas and their rollups).
+COUNTER_TABLES = (
+    "jobs_jobcount",
+    "jobs_jobcountdelta",
+    "ops_metricseries",
+    "ops_metricdelta",
+    "ops_jobperiod",
+    "ops_jobperioddelta",
+)
 
 
 def setup_django_like_production() -> None:
@@ -60,3 +72,13 @@ def counting_statements() -> Iterator[list[int]]:
 
     with connection.execute_wrapper(wrapper):
         yield count
+
+
+def stop_qcluster(cluster: subprocess.Popen) -> None:
+    """Stop a qcluster child started in a session of its own (SIGINT, then SIGKILL)."""
+    os.killpg(cluster.pid, signal.SIGINT)
+    try:
+        cluster.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(cluster.pid, signal.SIGKILL)
+        cluster.wait()

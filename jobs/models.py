@@ -201,11 +201,12 @@ class PausedKind(models.Model):
 
 
 class JobCount(models.Model):
-    """How many job rows have each (kind, status): kept by the statement triggers of
-    migration 0005 in the transaction of every INSERT, UPDATE, DELETE and TRUNCATE of
-    jobs_job, so the admin, worker_status and the health page read counts without scanning
-    a million rows (issue 20, bench/console.py). `shard` is the writing backend's pid
-    modulo 16: concurrent workers do not queue on one row lock. Sum over shards to read.
+    """How many job rows have each (kind, status), as of the last rollup: the admin,
+    worker_status and the health page read counts without scanning a million rows (issue
+    20, bench/console.py). Since migration 0011 (issue 32) the triggers append JobCountDelta
+    rows and `jobs_count_rollup()` adds them here once a minute (shard 0); rows of shards
+    1-15 were written per statement by the triggers before it. Sum over shards, plus the
+    pending deltas, to read (jobs.selectors).
     """
 
     kind = models.CharField(max_length=100)
@@ -222,3 +223,20 @@ class JobCount(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.status}#{self.shard}: {self.n}"
+
+
+class JobCountDelta(models.Model):
+    """One statement's change to the count of one (kind, status), appended by the statement
+    triggers of migration 0011 in the transaction of every INSERT, UPDATE and DELETE of
+    jobs_job (issue 32). Append-only: no job's path updates a row another job writes, so a
+    snapshot held for minutes elsewhere piles no versions on a shared row. The rollup
+    (`jobs.counts.job_counts_roll_up`, every minute) moves the rows into JobCount; readers sum
+    both (jobs.selectors), so counts stay exact between rollups.
+    """
+
+    kind = models.CharField(max_length=100)
+    status = models.CharField(max_length=20)
+    n = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.status}: {self.n:+d}"

@@ -29,6 +29,8 @@ class Config:
     db_is_embedded: bool  # DB_IS_EMBEDDED: DATABASE_URL unset, the embedded PostgreSQL
     metrics_token: str  # METRICS_TOKEN: bearer token of /metrics; empty: the endpoint is off
     task_retention_days: float  # Q_TASK_RETENTION_DAYS: django-q2 task results kept (days)
+    # OPS_LONG_TRANSACTION_ALERT_SECONDS: a transaction open longer needs an operator (s)
+    long_transaction_alert_seconds: float
 
 
 def _str(name: str, default: str) -> str:
@@ -51,6 +53,13 @@ def _token(value: Any) -> str:
     if not isinstance(value, str):
         raise ImproperlyConfigured(f"METRICS_TOKEN={type(value).__name__} must be a string")
     return value
+
+
+def _seconds(name: str, default: float) -> float:
+    value = getattr(settings, name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ImproperlyConfigured(f"{name}={value!r} must be a number of seconds above 0")
+    return float(value)
 
 
 def _days(name: str, default: float) -> float:
@@ -76,6 +85,7 @@ def get_config() -> Config:
         db_is_embedded=bool(getattr(settings, "DB_IS_EMBEDDED", False)),
         metrics_token=_token(getattr(settings, "METRICS_TOKEN", "")),
         task_retention_days=_days("Q_TASK_RETENTION_DAYS", 30),
+        long_transaction_alert_seconds=_seconds("OPS_LONG_TRANSACTION_ALERT_SECONDS", 300),
     )
 
 

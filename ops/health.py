@@ -21,10 +21,11 @@ from jobs.selectors import jobs_due, jobs_finished_per_bucket
 from notifications.models import EmailNotification
 from notifications.selectors import OPEN as OPEN_NOTIFICATION_STATUSES
 from ops.charts import Chart, SeriesIn, bucket_floor, buckets, stacked_bar_chart
+from ops.conf import get_config
 from ops.durations import humanize_seconds
 from ops.job_periods import PERIOD, KindTable, finished_per_bucket, kind_table
 from ops.ranges import DEFAULT_RANGE, RANGES, ChartRange
-from ops.status import BACKLOG_ALERT_SECONDS, WorkerStatus, worker_status
+from ops.status import BACKLOG_ALERT_SECONDS, WorkerStatus, describe_session, worker_status
 from processes.models import WorkerProcess
 
 MAIL_COLORS = {
@@ -61,6 +62,11 @@ class Health:
     paused_url: str = ""
     chart_range: ChartRange = RANGES[DEFAULT_RANGE]
     kinds: KindTable | None = None
+    # Issue 32: the oldest open transaction in words ("" when none), and whether it is old
+    # enough to be one of the findings.
+    oldest_transaction: str = ""
+    long_transaction: bool = False
+    long_transaction_after: str = ""
 
 
 def changelist(model: type, **params: str) -> str:
@@ -81,6 +87,7 @@ def worker_health(
         paused_url=changelist(PausedKind),
         chart_range=chart_range,
     )
+    _oldest_transaction(health)
     health.sections = [
         _processes_section(status),
         _jobs_section(status, now),
@@ -101,6 +108,17 @@ def worker_health(
     health.kinds = kind_table(now=now, counts_by_kind=status.jobs_by_kind)
     health.charts = _charts(now, chart_range)
     return health
+
+
+def _oldest_transaction(health: Health) -> None:
+    limit = get_config().long_transaction_alert_seconds
+    health.long_transaction_after = humanize_seconds(limit)
+    oldest = health.status.oldest_transaction
+    if oldest:
+        health.oldest_transaction = (
+            f"open {humanize_seconds(oldest['age_seconds'])}: {describe_session(oldest)}"
+        )
+        health.long_transaction = oldest["age_seconds"] > limit
 
 
 def _processes_section(status: WorkerStatus) -> Section:

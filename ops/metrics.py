@@ -55,6 +55,12 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
         oldest["waiting_seconds"] if oldest else 0,
     )
     yield _gauge(
+        "worker_database_oldest_transaction_seconds",
+        "Age of the oldest transaction another session keeps open on the database (0 when "
+        "none): while it holds a snapshot, no dead row version can be removed.",
+        status.oldest_transaction["age_seconds"] if status.oldest_transaction else 0,
+    )
+    yield _gauge(
         "worker_jobs_stuck",
         "Jobs in processing past their lease (the reaper is not running).",
         status.stuck_jobs_total,

@@ -106,3 +106,37 @@ class JobPeriod(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.start:%Y-%m-%d %H:%M} #{self.shard}"
+
+
+class MetricDelta(models.Model):
+    """One statement's (or one row trigger's) observations of one series and bucket,
+    appended by migration 0005's triggers (issue 32). Append-only, so no job, mail or
+    notification updates a row another one writes; `ops_series_rollup()` (every minute,
+    ops.rollups) moves the rows into MetricSeries, and ops.rates sums both."""
+
+    metric = models.CharField(max_length=64)
+    label = models.CharField(max_length=100)
+    count = models.BigIntegerField()
+    sum = models.FloatField(default=0)
+    bounds = ArrayField(models.FloatField(), default=list)
+    buckets = ArrayField(models.BigIntegerField(), default=list)
+
+    def __str__(self) -> str:
+        return f"{self.metric}{{{self.label}}} +{self.count}"
+
+
+class JobPeriodDelta(models.Model):
+    """One statement's attempts of one kind in one 30-minute period (JobPeriod's columns,
+    no shard), appended by migration 0005's statement trigger (issue 32) and moved into
+    JobPeriod by `ops_series_rollup()` every minute; ops.job_periods sums both."""
+
+    start = models.DateTimeField()
+    kind = models.CharField(max_length=100)
+    completed = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    retried = models.BigIntegerField(default=0)
+    durations = ArrayField(models.BigIntegerField(), default=list)
+    waits = ArrayField(models.BigIntegerField(), default=list)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.start:%Y-%m-%d %H:%M} (pending)"

@@ -20,7 +20,7 @@ from prometheus_client.metrics_core import Metric
 from inbound_email.models import InboundEmail, Reply
 from jobs import registry
 from notifications.models import EmailNotification
-from ops.models import MetricSeries
+from ops.models import MetricDelta, MetricSeries
 
 OTHER = "other"
 
@@ -42,7 +42,7 @@ class Series:
         if bounds:
             if not self.buckets:
                 self.buckets = [0] * (len(bounds) + 1)
-            for i, n in enumerate(row["buckets"]):
+            for i, n in enumerate(row["buckets"] or ()):
                 self.buckets[i] += n
 
     def cumulative(self) -> list[tuple[str, float]]:
@@ -58,7 +58,8 @@ def _bounded(allowed: set[str]) -> Callable[[str], str]:
 
 
 def read_series() -> dict[str, dict[str, Series]]:
-    """metric -> bounded label -> the shards summed; one query."""
+    """metric -> bounded label -> the shards and the deltas not rolled up yet (issue 32)
+    summed; one statement, so a rollup committing meanwhile is counted once."""
     job_kind = _bounded(set(registry.registered_kinds()))
     bounders: dict[str, Callable[[str], str]] = defaultdict(lambda: job_kind)
     bounders["inbound_mail"] = _bounded(set(InboundEmail.Status.values))
@@ -66,8 +67,11 @@ def read_series() -> dict[str, dict[str, Series]]:
     bounders["notifications_failed"] = bounders["notifications_sent"]
     bounders["instruction_relays"] = _bounded(set(Reply.RelayStatus.values))
     found: dict[str, dict[str, Series]] = defaultdict(lambda: defaultdict(Series))
-    rows = MetricSeries.objects.order_by("metric", "label", "shard").values(
-        "metric", "label", "count", "sum", "bounds", "buckets"
+    columns = ("metric", "label", "count", "sum", "bounds", "buckets")
+    rows = (
+        MetricSeries.objects.order_by()
+        .values(*columns)
+        .union(MetricDelta.objects.order_by().values(*columns), all=True)
     )
     for row in rows:
         found[row["metric"]][bounders[row["metric"]](row["label"])].add(row)

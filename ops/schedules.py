@@ -34,6 +34,7 @@ SCHEDULES: tuple[ScheduleSpec, ...] = (
     ScheduleSpec("inbound email: prune old mail", "inbound_email.tasks.prune_inbound_email", 60),
     ScheduleSpec("django-q2: prune task history", "ops.tasks.prune_task_history", 60),
     ScheduleSpec("ops: prune per-kind periods", "ops.tasks.prune_job_periods", 60),
+    ScheduleSpec("ops: roll up counters", "ops.tasks.roll_up_counters", 1),
     ScheduleSpec("notifications: new proposal sweep", "notifications.tasks.new_proposal_sweep", 1),
     ScheduleSpec(
         "notifications: proposal review sweep", "notifications.tasks.proposal_review_sweep", 5

@@ -34,7 +34,11 @@ from ops.conf import get_config
 from ops.durations import humanize_seconds
 from ops.schedule_status import schedule_runs
 from ops.schedules import unknown_schedules_enabled
-from ops.selectors import tasks_refused
+from ops.selectors import (
+    OpenTransaction,
+    database_clock_and_oldest_transaction,
+    tasks_refused,
+)
 from processes.selectors import processes_listed
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
@@ -73,6 +77,9 @@ class WorkerStatus:
     processes: list[dict[str, Any]] = field(default_factory=list)  # live, then recently gone
     schedules: list[dict[str, Any]] = field(default_factory=list)  # ops.schedule_status
     paused_kinds: list[dict[str, Any]] = field(default_factory=list)  # not claimed until resumed
+    # Issue 32: the oldest transaction another session keeps open (pg_stat_activity); while
+    # it holds a snapshot no dead row version can be removed anywhere in the database.
+    oldest_transaction: dict[str, Any] | None = None
     needs_operator: list[str] = field(default_factory=list)
     # Not part of the report (as_dict): the total behind the listed stuck rows, and the moment
     # every figure was read at, for the views that show more than the command prints.
@@ -88,9 +95,10 @@ class WorkerStatus:
 def worker_status(*, now: datetime | None = None) -> WorkerStatus:
     """The operator's view; every "stuck", "live" and "due" is judged at `now`, by default
     the database's time (several hosts look, and a host's clock may be minutes off)."""
-    database, db_time = _database_and_time()
+    database, db_time, oldest = _database_and_time()
     now = now or db_time
     status = WorkerStatus(now=now, database=database)
+    _oldest_transaction(status, oldest, now)
     _jobs(status, now)
     _inbound(status, now)
     _notifications(status, now)
@@ -147,20 +155,59 @@ def database_info() -> dict[str, Any]:
     return _database_and_time()[0]
 
 
-def _database_and_time() -> tuple[dict[str, Any], datetime]:
-    """database_info() and the database's clock, read by one statement."""
+def _database_and_time() -> tuple[dict[str, Any], datetime, OpenTransaction | None]:
+    """database_info(), the database's clock and the oldest open transaction, read by one
+    statement."""
     params = connection.settings_dict
     host = params.get("HOST") or "localhost"
     where = host if host.startswith("/") else f"{host}:{params.get('PORT') or 5432}"
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('server_version'), clock_timestamp()")
-        version, db_time = cursor.fetchone()
-    return {
-        "engine": connection.vendor,
-        "server_version": version,
-        "embedded": get_config().db_is_embedded,
-        "where": f"{where}/{params['NAME']}",
-    }, db_time
+    version, db_time, oldest = database_clock_and_oldest_transaction()
+    return (
+        {
+            "engine": connection.vendor,
+            "server_version": version,
+            "embedded": get_config().db_is_embedded,
+            "where": f"{where}/{params['NAME']}",
+        },
+        db_time,
+        oldest,
+    )
+
+
+def _oldest_transaction(
+    status: WorkerStatus, oldest: OpenTransaction | None, now: datetime
+) -> None:
+    if oldest is None:
+        return
+    age = max((now - oldest.xact_start).total_seconds(), 0.0)
+    status.oldest_transaction = {
+        "pid": oldest.pid,
+        "application_name": oldest.application_name,
+        "client_addr": oldest.client_addr,
+        "xact_start": oldest.xact_start.isoformat(),
+        "query_start": oldest.query_start.isoformat() if oldest.query_start else None,
+        "state": oldest.state,
+        "holds_snapshot": oldest.holds_snapshot,
+        "age_seconds": round(age, 1),
+    }
+    if age > get_config().long_transaction_alert_seconds:
+        status.needs_operator.append(
+            f"a transaction has been open for {humanize_seconds(age)} on the database: "
+            f"{describe_session(status.oldest_transaction)}; while it lasts PostgreSQL removes "
+            "no dead row anywhere and enqueues slow down: end it (COMMIT / ROLLBACK, or "
+            f"SELECT pg_terminate_backend({oldest.pid})) if nobody needs it"
+        )
+
+
+def describe_session(oldest: dict[str, Any]) -> str:
+    """Which session it is, in the words an operator searches for."""
+    app = oldest["application_name"] or "(no application name)"
+    client = oldest["client_addr"] or "a local socket"
+    query = (oldest["query_start"] or "—")[:19].replace("T", " ")
+    return (
+        f"{app} from {client}, pid {oldest['pid']}, {oldest['state'] or '?'}, "
+        f"last query started {query} UTC"
+    )
 
 
 def _jobs(status: WorkerStatus, now: datetime) -> None:

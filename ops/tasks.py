@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from ops.job_periods import job_periods_prune
+from ops.rollups import counters_roll_up
 from ops.task_history import task_history_prune
 
 
@@ -17,3 +18,9 @@ def prune_task_history() -> int:
 def prune_job_periods() -> int:
     """Delete the health page's per-kind 30-minute rows older than 8 days; return how many."""
     return job_periods_prune(now=timezone.now())
+
+
+def roll_up_counters() -> int:
+    """Fold the append-only counter deltas into the rolled-up tables (issue 32); return how
+    many deltas moved."""
+    return counters_roll_up()

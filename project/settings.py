@@ -422,3 +422,5 @@ PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "")
 # --- ops ----------------------------------------------------------------------------------------
 # Bearer token a Prometheus scrape must send to /metrics; empty = the endpoint answers 404.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+# A transaction open longer than this (seconds) is listed as needing an operator (issue 32).
+OPS_LONG_TRANSACTION_ALERT_SECONDS = env_float("OPS_LONG_TRANSACTION_ALERT_SECONDS", 300, minimum=1)

@@ -3,7 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from ops.durations import humanize_seconds
-from ops.status import worker_status
+from ops.status import describe_session, worker_status
 
 
 class Command(BaseCommand):
@@ -31,6 +31,12 @@ class Command(BaseCommand):
         db = status.database
         kind = "embedded PostgreSQL" if db["embedded"] else "PostgreSQL"
         out(f"Database:      {kind} {db['server_version']} at {db['where']}")
+        oldest = status.oldest_transaction
+        if oldest:
+            out(
+                f"  oldest transaction: {describe_session(oldest)}, open "
+                f"{humanize_seconds(oldest['age_seconds'])}"
+            )
         out("Jobs:          " + _fmt(status.jobs_by_status))
         for kind, counts in status.jobs_by_kind.items():
             out(f"  {kind}: {_fmt(counts)}")

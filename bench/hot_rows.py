@@ -1,0 +1,361 @@
+"""Next to a long transaction, enqueue stays fast (issue 32): a producer at 1,000 jobs/s by
+plain SQL INSERT, a real qcluster with 2 workers, and another session holding a REPEATABLE
+READ snapshot for minutes, on a throwaway PostgreSQL with its own defaults (autovacuum on).
+
+Usage (as root or any user; the cluster runs as `postgres` when started by root):
+
+    .venv/bin/python bench/hot_rows.py [--minutes 10] [--rate 1000] [--workers 2]
+        [--code PATH]   # run another checkout's code (e.g. a worktree of main), same venv
+
+It initdb's a cluster in a temporary folder (/usr/lib/postgresql/15/bin, a free port),
+migrates it with the code under test, starts `manage.py qcluster` there, then: 30 s
+unpinned, the pinned phase (`--minutes`), 30 s after the snapshot is released. Per 15 s
+window it prints the producer's rate, the INSERT p95, insert→start p95 (`started_at −
+created_at` of the jobs inserted in the window), the backlog (queued rows at the window's
+end), how long the runner's due scan for a batch of 20 takes (EXPLAIN ANALYZE), the load
+average, and the dead tuples (pg_stat_user_tables) of jobs_job and of the
+counter tables. Targets in every pinned window: rate ≥ 90 % of --rate, INSERT p95 ≤ 20 ms,
+insert→start p95 < 1 s, backlog < 2 s of arrivals. Everything it started is stopped and the
+folder removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.support import COUNTER_TABLES, stop_qcluster  # noqa: E402
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+WINDOW = 15.0  # seconds
+KIND = "bench.noop"  # registered by bench/handlers.py in the qcluster's workers
+INSERT = (
+    "INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, run_after, "
+    "created_at, locked_by, last_error) VALUES (%s, '{}', 'queued', 0, 0, 3, now(), "
+    "clock_timestamp(), '', '') RETURNING id"
+)
+# The runner's due scan (jobs_runner_step's `due`, without its locks): how long finding a batch
+# takes while the dead index entries of claimed jobs cannot be removed.
+DUE_SCAN = (
+    "EXPLAIN (ANALYZE, FORMAT JSON) SELECT j.id FROM jobs_job AS j WHERE j.status = 'queued' "
+    "AND j.run_after <= clock_timestamp() AND j.attempts < j.max_attempts "
+    "ORDER BY j.priority DESC, j.run_after, j.id LIMIT 20"
+)
+TABLES = ("jobs_job", *COUNTER_TABLES)
+
+
+@dataclass
+class Window:
+    phase: str
+    inserted: int = 0
+    latencies: list[float] = field(default_factory=list)  # seconds per INSERT
+    first_id: int | None = None
+    last_id: int | None = None
+    backlog: int = 0
+    claim_scan: float = 0.0  # seconds: the runner's due scan for a batch of 20, EXPLAIN ANALYZE
+    load: float = 0.0
+    dead: dict[str, tuple[int, int]] = field(default_factory=dict)  # table: (live, dead)
+    start_p95: float | None = None
+    unstarted: int = 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_postgres(cmd: list[str]) -> list[str]:
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+class Cluster:
+    """A throwaway PostgreSQL 15 cluster with the server's defaults (autovacuum on)."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="hot-rows-"))
+        self.port = _free_port()
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+        data = self.dir / "data"
+        subprocess.run(
+            _as_postgres(
+                [str(PG_BIN / "initdb"), "-D", str(data), "--auth=trust", "-U", "postgres"]
+            ),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        subprocess.run(
+            _as_postgres(
+                [
+                    str(PG_BIN / "pg_ctl"),
+                    "-D",
+                    str(data),
+                    "-o",
+                    options,
+                    "-l",
+                    str(self.dir / "log"),
+                    "-w",
+                    "start",
+                ]
+            ),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}/bench"
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            conn.execute("CREATE DATABASE bench")
+            self.autovacuum = conn.execute("SHOW autovacuum").fetchone()[0]
+
+    def dsn(self, db: str = "bench") -> str:
+        return f"host=127.0.0.1 port={self.port} user=postgres dbname={db}"
+
+    def stop(self) -> None:
+        subprocess.run(
+            _as_postgres(
+                [str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "stop"]
+            ),
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _env(code: Path, url: str, workers: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DATABASE_URL=url,
+        Q_WORKERS=str(workers),
+        JOBS_EXTRA_HANDLER_MODULES="bench.handlers",
+        PYTHONPATH=str(code),
+        LOG_LEVEL="WARNING",
+        DEBUG="false",
+        SECRET_KEY=os.environ.get("SECRET_KEY", "bench-only-" + "x" * 40),
+    )
+    return env
+
+
+def start_qcluster(code: Path, env: dict[str, str], dsn: str) -> subprocess.Popen:
+    cluster = subprocess.Popen(
+        [sys.executable, str(code / "manage.py"), "qcluster"],
+        env=env,
+        cwd=code,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 90
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        while not conn.execute(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = 'jobs-wake-listener'"
+        ).fetchone():
+            if cluster.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit("qcluster did not start")
+            time.sleep(0.2)
+    time.sleep(3)
+    return cluster
+
+
+class Producer(threading.Thread):
+    """One connection inserting one job per statement (autocommit) at a steady rate; each
+    INSERT's time and id go to the window open when it was sent."""
+
+    def __init__(self, dsn: str, rate: float, *, sync_commit: bool) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.rate, self.sync_commit = dsn, rate, sync_commit
+        self.window = Window("warm-up")
+        self.running = True
+
+    def run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            if not self.sync_commit:
+                conn.execute("SET synchronous_commit = off")
+            start, i = time.perf_counter(), 0
+            while self.running:
+                delay = start + i / self.rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                window = self.window
+                sent = time.perf_counter()
+                (job_id,) = conn.execute(INSERT, [KIND]).fetchone()
+                window.latencies.append(time.perf_counter() - sent)
+                window.inserted += 1
+                window.first_id = window.first_id or job_id
+                window.last_id = job_id
+                i += 1
+
+
+def _p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+
+
+def _sample(conn: psycopg.Connection, window: Window) -> None:
+    window.backlog = conn.execute(
+        "SELECT count(*) FROM jobs_job WHERE status = 'queued' AND run_after <= now()"
+    ).fetchone()[0]
+    window.load = os.getloadavg()[0]
+    plan = conn.execute(DUE_SCAN).fetchone()[0]
+    window.claim_scan = plan[0]["Execution Time"] / 1000
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    rows = conn.execute(
+        "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s)",
+        [list(TABLES)],
+    ).fetchall()
+    window.dead = {name: (live, dead) for name, live, dead in rows}
+
+
+def _starts(conn: psycopg.Connection, windows: list[Window]) -> None:
+    for w in windows:
+        if w.first_id is None:
+            continue
+        waits = [
+            wait
+            for (wait,) in conn.execute(
+                "SELECT extract(epoch FROM started_at - created_at)::float8 FROM jobs_job "
+                "WHERE id BETWEEN %s AND %s AND started_at IS NOT NULL",
+                [w.first_id, w.last_id],
+            ).fetchall()
+        ]
+        w.unstarted = w.inserted - len(waits)
+        w.start_p95 = math.inf if w.unstarted > 0.05 * w.inserted else _p95(waits)
+
+
+def _fmt(value: float | None, scale: float = 1000, width: int = 9, digits: int = 1) -> str:
+    if value is None:
+        return f"{'—':>{width}}"
+    if value == math.inf:
+        return f"{'never':>{width}}"
+    return f"{value * scale:{width}.{digits}f}"
+
+
+def report(windows: list[Window], rate: float, args: argparse.Namespace, cluster: Cluster) -> bool:
+    print(
+        f"\nhot rows: producer {rate:g} jobs/s by plain INSERT, qcluster of {args.workers} "
+        f"workers, REPEATABLE READ snapshot held {args.minutes:g} min; code {args.code}; "
+        f"PostgreSQL autovacuum={cluster.autovacuum}, producer synchronous_commit="
+        f"{'on' if args.sync_commit else 'off'}; {WINDOW:g} s windows"
+    )
+    short = {t: t.split("_", 1)[1][:11] for t in TABLES}
+    print(
+        f"{'phase':<8}{'t s':>6}{'jobs/s':>8}{'ins p95':>9}{'start p95':>10}{'backlog':>8}"
+        f"{'claim':>7}{'load':>6}  " + " ".join(f"{short[t]:>11}" for t in TABLES)
+    )
+    print(
+        f"{'':<8}{'':>6}{'':>8}{'ms':>9}{'ms':>10}{'rows':>8}{'ms':>7}{'1min':>6}  "
+        "dead tuples (live); jobs_job: dead only"
+    )
+    ok = True
+    for n, w in enumerate(windows):
+        produced = w.inserted / WINDOW
+        ins = _p95(w.latencies)
+        if w.phase == "pinned":
+            ok &= produced >= 0.9 * rate and (ins or 0) <= 0.020
+            ok &= w.start_p95 is not None and w.start_p95 < 1.0 and w.backlog < 2 * rate
+        dead = " ".join(
+            f"{w.dead.get(t, (0, 0))[1]:>6}({w.dead.get(t, (0, 0))[0]:>3})"
+            if t != "jobs_job"
+            else f"{w.dead.get(t, (0, 0))[1]:>11}"
+            for t in TABLES
+        )
+        print(
+            f"{w.phase:<8}{(n + 1) * WINDOW:6.0f}{produced:8.0f}{_fmt(ins, digits=2)}"
+            f"{_fmt(w.start_p95, width=10, digits=0)}{w.backlog:8d}"
+            f"{w.claim_scan * 1000:7.1f}{w.load:6.1f}  {dead}"
+        )
+    print(
+        "targets in the pinned phase: jobs/s >= 90 % of the rate, INSERT p95 <= 20 ms, "
+        "insert→start p95 < 1 s, backlog < 2 s of arrivals: " + ("MET" if ok else "NOT MET")
+    )
+    return ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long the snapshot is held")
+    parser.add_argument("--rate", type=float, default=1000.0, help="jobs/s the producer inserts")
+    parser.add_argument("--workers", type=int, default=2, help="Q_WORKERS of the qcluster")
+    parser.add_argument("--code", type=Path, default=ROOT, help="checkout whose code runs")
+    parser.add_argument("--warm-up", type=float, default=30.0, help="seconds before the pin")
+    parser.add_argument(
+        "--sync-commit",
+        action="store_true",
+        help="the producer waits for each WAL flush (default: its session sets "
+        "synchronous_commit off, so one connection's rate measures the rows, not the disk)",
+    )
+    args = parser.parse_args()
+    code = args.code.resolve()
+
+    cluster = Cluster()
+    qcluster = None
+    producer = None
+    try:
+        env = _env(code, cluster.url, args.workers)
+        subprocess.run(
+            [sys.executable, str(code / "manage.py"), "migrate", "-v", "0"],
+            env=env,
+            cwd=code,
+            check=True,
+        )
+        qcluster = start_qcluster(code, env, cluster.dsn())
+        producer = Producer(cluster.dsn(), args.rate, sync_commit=args.sync_commit)
+        monitor = psycopg.connect(cluster.dsn(), autocommit=True)
+        pin = psycopg.connect(cluster.dsn(), application_name="bench-long-report")
+        windows: list[Window] = []
+        plan = [("warm-up", args.warm_up)] + [("pinned", args.minutes * 60)] + [("released", 30.0)]
+        producer.start()
+        for phase, seconds in plan:
+            if phase == "pinned":
+                pin.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                pin.execute("SELECT count(*) FROM jobs_job").fetchone()
+            if phase == "released":
+                pin.rollback()
+            for _ in range(max(1, round(seconds / WINDOW))):
+                window = Window(phase)
+                producer.window = window
+                time.sleep(WINDOW)
+                _sample(monitor, window)
+                windows.append(window)
+                print(
+                    f"  {phase} {len(windows) * WINDOW:.0f} s: {window.inserted / WINDOW:.0f}/s, "
+                    f"backlog {window.backlog}, load {window.load:.1f}",
+                    flush=True,
+                )
+        producer.running = False
+        producer.join(10)
+        deadline = time.monotonic() + 60
+        while (
+            monitor.execute("SELECT count(*) FROM jobs_job WHERE status = 'queued'").fetchone()[0]
+            and time.monotonic() < deadline
+        ):
+            time.sleep(1)
+        _starts(monitor, windows)
+        pin.close()
+        monitor.close()
+        report(windows, args.rate, args, cluster)
+    finally:
+        if producer is not None:
+            producer.running = False
+        if qcluster is not None:
+            stop_qcluster(qcluster)
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()
