@@ -198,6 +198,23 @@ def test_the_ranges_count_what_they_cover(admin_client):
     assert totals == {"1h": 1, "24h": 2, "7d": 3}
 
 
+def test_the_per_kind_table_follows_the_range(admin_client):
+    """Issue 31.6: the per-kind table stayed at 24 h when the page showed 1 h or 7 d."""
+    now = timezone.now()
+    ago = (timedelta(minutes=5), timedelta(hours=3), timedelta(days=3))
+    finish_jobs("report.render", [(now - a, "completed") for a in ago])
+    finish_jobs("report.render", [(now - timedelta(hours=5), "failed")])
+    shown = {}
+    for key, label in (("1h", "1 h"), ("24h", "24 h"), ("7d", "7 d")):
+        response = admin_client.get(HEALTH_URL, {"range": key})
+        page = response.content.decode()
+        table = page.split('id="kinds"', 1)[1].split("</table>", 1)[0]
+        assert f"completed {label}" in table and f"failed {label}" in table
+        (row,) = response.context["health"].kinds.rows
+        shown[key] = (row.completed, row.failed)
+    assert shown == {"1h": (1, 0), "24h": (2, 1), "7d": (3, 1)}
+
+
 @pytest.mark.parametrize("value", ["5y", "<script>alert(1)</script>", "24h' OR 1=1"])
 def test_an_unknown_range_shows_the_default_and_says_so(admin_client, value):
     """A hand-edited address is no server error: the page shows 24 h and names the value."""
