@@ -3,6 +3,7 @@ admin changelist filtered to exactly the rows the tile counts."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -164,6 +165,32 @@ def test_the_page_lists_live_and_recently_gone_processes(admin_client, rows):
     assert by_label["live"].value == 1
     assert by_label["gone in the last hour"].value == 2
     assert by_label["gone in the last hour"].note == "1 fell silent (killed, host lost)"
+
+
+def test_the_page_shows_every_time_iso_utc_with_seconds(admin_client):
+    """Issue 31.6: the page mixed "2026-12-04T16:46:05", "2026-12-04T16:46" and "Thu 16:30";
+    every time on it reads as the admin's do (project/formats): "2026-12-04 16:46:05 UTC"."""
+    from jobs.models import PausedKind
+
+    now = timezone.now().replace(microsecond=0)
+    started = now - timedelta(minutes=5, seconds=7)
+    baker.make(
+        WorkerProcess,
+        role="qcluster",
+        host="h",
+        pid=1,
+        started_at=started,
+        heartbeat_at=now,
+        gone_after=now + timedelta(seconds=30),
+        interval_seconds=10,
+    )
+    paused = PausedKind.objects.create(kind="report.render", paused_by="admin")
+    lease = make_lease(slot=42, now=now - timedelta(seconds=3), live=True)
+    html = admin_client.get(HEALTH_URL).content.decode()
+    for moment in (started, paused.paused_at, lease.acquired_at, lease.expires_at):
+        assert f"{moment:%Y-%m-%d %H:%M:%S} UTC" in html, moment
+    shown = re.sub(r"<[^>]+>", " ", html)  # what a person reads (not data- attributes)
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", shown)
 
 
 @pytest.mark.parametrize(
