@@ -3,8 +3,8 @@
 The index used to draw its own "Operations" box for the health link above the app list, which
 already had an "Operations" section (the ops app's models): two sections of one name, and a
 table of its own that wrapped "Worker health" one letter per line on a phone (issue 31.6).
-The link is now the first row of the ops app's section, listed first, on the index and the
-app's page alike; staff who may see no ops model still get the section with the link (the page is
+The link is now the first row of the ops app's section, listed first, on the index, the
+app's page and the navigation side bar alike; staff who may see no ops model still get the section with the link (the page is
 for all staff).
 """
 
@@ -21,11 +21,6 @@ HEALTH_APP = "ops"
 
 
 class WorkerAdminSite(admin.AdminSite):
-    # Django's navigation side bar repeats the index and took 280 of a 1366 px screen, so a
-    # list beside its filter hid its last columns (the processes list, issue 31.6). The index,
-    # the breadcrumbs and the health page's tiles are the navigation.
-    enable_nav_sidebar = False
-
     def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[dict]:
         app_list = super().get_app_list(request, app_label)
         if app_label not in (None, HEALTH_APP) or not request.user.is_staff:
