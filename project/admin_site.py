@@ -4,8 +4,8 @@ The index used to draw its own "Operations" box for the health link above the ap
 already had an "Operations" section (the ops app's models): two sections of one name, and a
 table of its own that wrapped "Worker health" one letter per line on a phone (issue 31.6).
 The link is now the first row of the ops app's section, listed first, on the index, the
-app's page and the navigation side bar alike; staff who may see no ops model still get the section with the link (the page is
-for all staff).
+app's page and the navigation side bar alike; staff who may see no ops model still get the
+section with the link (the page is for all staff).
 """
 
 from __future__ import annotations
