@@ -23,20 +23,22 @@ pytestmark = pytest.mark.django_db
 GROUPS_URL = reverse("admin:jobs_job_error_groups")
 
 
+def _failed_job(kind: str, last_error: str, *, ago: int = 0) -> Job:
+    return baker.make(
+        Job,
+        kind=kind,
+        status=Job.Status.FAILED,
+        attempts=3,
+        max_attempts=3,
+        failed_at=timezone.now() - timedelta(minutes=ago),
+        last_error=last_error,
+    )
+
+
 @pytest.fixture
 def failures() -> dict[str, list[Job]]:
-    now = timezone.now()
-
     def failed(kind: str, error: str, ago: int) -> Job:
-        return baker.make(
-            Job,
-            kind=kind,
-            status=Job.Status.FAILED,
-            attempts=3,
-            max_attempts=3,
-            failed_at=now - timedelta(minutes=ago),
-            last_error=f"{error}\n\nTraceback (most recent call last):\n  ...",
-        )
+        return _failed_job(kind, f"{error}\n\nTraceback (most recent call last):\n  ...", ago=ago)
 
     return {
         "not_found": [
@@ -210,15 +212,7 @@ def _real_failure(job_kind: str, make_error) -> Job:
         make_error()
     except Exception as exc:  # noqa: BLE001 - the test records whatever it raised
         error = format_error(exc)
-    return baker.make(
-        Job,
-        kind=job_kind,
-        status=Job.Status.FAILED,
-        attempts=1,
-        max_attempts=1,
-        failed_at=timezone.now(),
-        last_error=error,
-    )
+    return _failed_job(job_kind, error)
 
 
 def _duplicate_address() -> None:
