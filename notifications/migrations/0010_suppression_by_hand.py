@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('notifications', '0008_sweep_lease'),
+        ('notifications', '0009_delivery_feedback_event_key'),
     ]
 
     operations = [
