@@ -3,10 +3,14 @@ services. Mail is never rendered as HTML and never fetches remote content."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.http import content_disposition_header
@@ -28,6 +32,8 @@ from inbound_email.services.actions import (
     reply_acknowledge,
 )
 from project.admin import CappedCountPaginator, ReadOnlyAdmin, SelectorFilter
+
+DISCARD_LISTED = 100  # mails named on the discard confirmation page; the rest are counted
 
 
 def _pre(text: str) -> str:
@@ -212,8 +218,40 @@ class InboundEmailAdmin(ReadOnlyAdmin):
     def reprocess_view(self, request: HttpRequest, pk: int) -> HttpResponseRedirect:
         return self._one(request, pk, inbound_email_reprocess, "queued for reprocessing")
 
-    def discard_view(self, request: HttpRequest, pk: int) -> HttpResponseRedirect:
-        return self._one(request, pk, inbound_email_discard, "discarded")
+    def discard_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """The Discard button: a confirmation page first; the discard itself once that page's
+        form comes back with `confirm=yes`."""
+        if request.POST.get("confirm") == "yes":
+            return self._one(request, pk, inbound_email_discard, "discarded")
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        mail = get_object_or_404(InboundEmail.objects.defer("raw"), pk=pk)
+        return self._discard_confirmation(
+            request,
+            [mail],
+            one=mail,
+            hidden=[("confirm", "yes")],
+            back_url=reverse("admin:inbound_email_inboundemail_change", args=[pk]),
+        )
+
+    def _discard_confirmation(
+        self, request: HttpRequest, mails: list[InboundEmail], **context: Any
+    ) -> TemplateResponse:
+        """What Discard will delete, and a form that repeats the request confirmed."""
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Discard mail: are you sure?",
+            "mails": mails,
+            "shown": mails[:DISCARD_LISTED],
+            "more": max(len(mails) - DISCARD_LISTED, 0),
+            "form_action": request.get_full_path(),
+            "one": None,
+            **context,
+        }
+        return TemplateResponse(
+            request, "admin/inbound_email/inboundemail/discard_confirmation.html", context
+        )
 
     def raw_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         if not self.has_view_permission(request):
@@ -252,8 +290,23 @@ class InboundEmailAdmin(ReadOnlyAdmin):
         self._run(request, queryset, inbound_email_reprocess, "queued for reprocessing")
 
     @admin.action(description="Discard (delete stored copies for good)", permissions=["operate"])
-    def discard(self, request: HttpRequest, queryset) -> None:
-        self._run(request, queryset, inbound_email_discard, "discarded")
+    def discard(self, request: HttpRequest, queryset) -> TemplateResponse | None:
+        """Asks first, as Django's "Delete selected" does: the selected mails are listed and
+        discarded only when the page's form comes back with `post=yes`."""
+        if request.POST.get("post") == "yes":
+            self._run(request, queryset, inbound_email_discard, "discarded")
+            return None
+        mails = list(queryset.only("id", "store_key", "status", "reason", "subject").order_by("pk"))
+        return self._discard_confirmation(
+            request,
+            mails,
+            hidden=[
+                *((helpers.ACTION_CHECKBOX_NAME, mail.pk) for mail in mails),
+                ("action", "discard"),
+                ("post", "yes"),
+            ],
+            back_url=reverse("admin:inbound_email_inboundemail_changelist"),
+        )
 
 
 @admin.register(Reply)

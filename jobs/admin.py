@@ -19,7 +19,12 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from jobs import registry, services
-from jobs.error_groups import job_error_groups, jobs_in_error_group
+from jobs.error_groups import (
+    error_group_name,
+    error_group_url,
+    job_error_groups,
+    jobs_in_error_group,
+)
 from jobs.models import Job, JobAttempt, PausedKind
 from jobs.reaper import job_reap
 from jobs.selectors import job_status_counts, jobs_due, jobs_stuck
@@ -86,9 +91,12 @@ class JobAdmin(admin.ModelAdmin):
     paginator = CappedCountPaginator  # no COUNT(*) over a million rows
     show_full_result_count = False  # no second COUNT(*) over a large table
     actions = ("retry_now", "cancel")
-    fields = [field.name for field in Job._meta.fields if field.name != "last_error"] + [
-        "error_details"
-    ]
+    # The error group's md5 is shown as a link to the group's jobs (issue 31.6).
+    fields = [
+        "error_group_link" if field.name == "error_group" else field.name
+        for field in Job._meta.fields
+        if field.name != "last_error"
+    ] + ["error_details"]
     readonly_fields = fields
     change_list_template = "admin/jobs/job/change_list.html"
     change_form_template = "admin/jobs/job/change_form.html"
@@ -176,11 +184,7 @@ class JobAdmin(admin.ModelAdmin):
     def error_groups_view(self, request: HttpRequest) -> TemplateResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        changelist = reverse("admin:jobs_job_changelist")
-        groups = [
-            (group, f"{changelist}?status__exact=failed&error_group={group.key}")
-            for group in job_error_groups()
-        ]
+        groups = [(group, error_group_url(group.key)) for group in job_error_groups()]
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
@@ -259,6 +263,24 @@ class JobAdmin(admin.ModelAdmin):
     def error_summary(self, job: Job) -> str:
         first = job.error_head.split("\n", 1)[0]
         return first if len(first) <= 120 else first[:117] + "..."
+
+    @admin.display(description="error group")
+    def error_group_link(self, job: Job) -> str:
+        """The group's jobs, named by the group's class and normalised message (as "Failed
+        jobs by error" lists it), rather than the md5 that keys it."""
+        if not job.error_group:
+            return "-"
+        exception, message = error_group_name(last_error=job.last_error)
+        count = jobs_in_error_group(job.error_group).count()
+        return format_html(
+            '<a href="{}">{}: {}</a> ({} failed job(s) in the group; all groups: '
+            '<a href="{}">Failed jobs by error</a>)',
+            error_group_url(job.error_group),
+            exception,
+            message,
+            count,
+            reverse("admin:jobs_job_error_groups"),
+        )
 
     @admin.display(description="last error")
     def error_details(self, job: Job) -> str:

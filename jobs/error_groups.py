@@ -14,14 +14,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import urlencode
 
 from django.db import connection
 from django.db.models import QuerySet
+from django.urls import reverse
 
 from jobs.models import Job
 
 TABLE = Job._meta.db_table
 GROUPS_LISTED = 100
+SAMPLE_CHARS = 1000  # of a group's sample error (the rest is on the job's page)
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class ErrorGroup:
     count: int
     first_seen: datetime | None
     last_seen: datetime | None
+    # The newest member's error as it was written, before the traceback: the normalised
+    # message hides the KeyError's key and the constraint's name, which an operator needs.
+    sample: str = ""
 
 
 def job_error_groups(*, limit: int = GROUPS_LISTED) -> list[ErrorGroup]:
@@ -41,7 +47,9 @@ def job_error_groups(*, limit: int = GROUPS_LISTED) -> list[ErrorGroup]:
     Count, first and last seen and one member's id come from one pass over the partial index
     jobs_job_error_group_idx (error_group, failed_at, id); kind, class and message are then
     read from that one row of each listed group, by primary key: the cost follows the number
-    of failed rows, never (groups x rows)."""
+    of failed rows, never (groups x rows). That row's error, up to the blank line before its
+    traceback (`services.format_error`: the message, and psycopg's DETAIL line with it), is
+    the group's sample."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -52,13 +60,31 @@ def job_error_groups(*, limit: int = GROUPS_LISTED) -> list[ErrorGroup]:
                 ORDER BY n DESC, last_seen DESC NULLS LAST, error_group LIMIT %s
             )
             SELECT g.error_group, one.kind, jobs_error_class(one.last_error),
-                   jobs_error_message(one.last_error), g.n, g.first_seen, g.last_seen
+                   jobs_error_message(one.last_error), g.n, g.first_seen, g.last_seen,
+                   left(split_part(one.last_error, E'\\n\\n', 1), %s)
             FROM g JOIN {TABLE} AS one ON one.id = g.one_id
             ORDER BY g.n DESC, g.last_seen DESC NULLS LAST, g.error_group
             """,
-            [Job.Status.FAILED, limit],
+            [Job.Status.FAILED, limit, SAMPLE_CHARS],
         )
         return [ErrorGroup(*row) for row in cursor.fetchall()]
+
+
+def error_group_name(*, last_error: str) -> tuple[str, str]:
+    """The exception class and normalised message a failed row's error is grouped by, by the
+    database's own functions (the ones its trigger keys the row with)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT jobs_error_class(%s), jobs_error_message(%s)", [last_error, last_error]
+        )
+        exception, message = cursor.fetchone()
+    return exception, message
+
+
+def error_group_url(key: str) -> str:
+    """The admin's list of one group's jobs: what a group's count and a job's page link to."""
+    changelist = reverse("admin:jobs_job_changelist")
+    return f"{changelist}?{urlencode({'status__exact': Job.Status.FAILED, 'error_group': key})}"
 
 
 def jobs_in_error_group(key: str) -> QuerySet[Job]:

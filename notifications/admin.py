@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
 from notifications import services, suppression
+from notifications.addresses import address_problem
 from notifications.exceptions import NotificationError
 from notifications.models import (
     DeliveryFeedback,
@@ -110,15 +112,47 @@ class ActiveSuppressionFilter(SelectorFilter):
     }
 
 
+class SuppressionAddForm(forms.ModelForm):
+    """An address suppressed by hand: checked as a recipient is (one address, no line break,
+    valid syntax) and refused when it is suppressed already."""
+
+    address = forms.CharField(
+        max_length=320,
+        help_text="The address no sweep will mail any more (until the suppression is lifted).",
+    )
+    note = forms.CharField(
+        required=False,
+        max_length=4000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Why: kept with the suppression, e.g. “asked by phone on 2026-12-04”.",
+    )
+
+    class Meta:
+        model = Suppression
+        fields = ()
+
+    def clean_address(self) -> str:
+        address = suppression.normalise(self.cleaned_data["address"])
+        problem = address_problem(address)
+        if problem:
+            raise forms.ValidationError(f"Not an address to suppress: {problem}.")
+        if suppression.address_is_suppressed(address, now=timezone.now()):
+            raise forms.ValidationError(f"{address} is already suppressed.")
+        return address
+
+
 @admin.register(Suppression)
 class SuppressionAdmin(admin.ModelAdmin):
-    """The suppression list (issue 23): read-only; lifting one ("unsuppress") needs the
-    `notifications.unsuppress` permission and is logged in the row's history (LogEntry)."""
+    """The suppression list (issue 23): rows are read-only; lifting one ("unsuppress") needs
+    the `notifications.unsuppress` permission and is logged in the row's history (LogEntry).
+    An operator with `notifications.add_suppression` adds one by hand (issue 31.6): it calls
+    `suppression_add`, which records and logs who did it; the admin's history has it too."""
 
     list_display = (
         "address",
         "reason",
         "suppressed_at",
+        "suppressed_by",
         "expires_at",
         "lifted_at",
         "lifted_by",
@@ -143,10 +177,28 @@ class SuppressionAdmin(admin.ModelAdmin):
         self.message_user(request, f"Unsuppressed {lifted} address(es).", messages.SUCCESS)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Suppression | None = None):
-        return [f.name for f in self.model._meta.fields]
+        return [f.name for f in self.model._meta.fields] if obj is not None else []
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    def get_fields(self, request: HttpRequest, obj: Suppression | None = None):
+        return super().get_fields(request, obj) if obj is not None else ["address", "note"]
+
+    def get_form(self, request: HttpRequest, obj: Suppression | None = None, **kwargs):
+        if obj is None:
+            kwargs["form"] = SuppressionAddForm
+        return super().get_form(request, obj, **kwargs)
+
+    def save_model(self, request, obj, form, change) -> None:
+        if change:
+            return  # a suppression is never edited: lifted (unsuppress) or added
+        row = suppression.suppression_add(
+            address=form.cleaned_data["address"],
+            note=form.cleaned_data["note"],
+            by=request.user.get_username(),
+            now=timezone.now(),
+        )
+        for field in Suppression._meta.concrete_fields:  # the admin logs and links `obj`
+            setattr(obj, field.attname, getattr(row, field.attname))
+        obj._state.adding = False
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False  # lifting keeps the record; the feedback behind it stays

@@ -17,3 +17,7 @@ class SnsMessageRefused(NotificationError):
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.status = status
+
+
+class AlreadySuppressed(NotificationError):
+    """An operator asked to suppress an address that is suppressed already."""

@@ -275,14 +275,16 @@ class Suppression(models.Model):
     """An address the sweeps never mail (their rows end `suppressed`): one row per address.
 
     Active while not lifted and not past `expires_at` (soft bounces suppress for 7 days; a
-    hard bounce or a complaint for good). Lifting it ("unsuppress") needs the
-    `notifications.unsuppress` permission and is logged in the admin's history.
+    hard bounce, a complaint or an operator's hand suppression for good). Lifting it
+    ("unsuppress") needs the `notifications.unsuppress` permission and is logged in the
+    admin's history.
     """
 
     class Reason(models.TextChoices):
         HARD_BOUNCE = "hard_bounce", "Hard bounce"
         COMPLAINT = "complaint", "Complaint"
         SOFT_BOUNCES = "soft_bounces", "Three soft bounces in 7 days"
+        MANUAL = "manual", "Suppressed by an operator"
 
     address = models.CharField(max_length=320, unique=True, help_text="Lower-cased.")
     reason = models.CharField(max_length=20, choices=Reason.choices)
@@ -291,6 +293,14 @@ class Suppression(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: for good.")
     lifted_at = models.DateTimeField(null=True, blank=True)
     lifted_by = models.CharField(max_length=150, blank=True)
+    # Issue 31.6. db_default too: the previous release's code inserts rows without it (I23).
+    suppressed_by = models.CharField(
+        max_length=150,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The operator who suppressed it by hand (empty: a report did).",
+    )
 
     class Meta:
         permissions = [("unsuppress", "Can lift a suppression (mail the address again)")]

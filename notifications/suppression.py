@@ -10,7 +10,8 @@ Rules: a hard bounce or a complaint suppresses the address for good; a third sof
 within 7 days suppresses it for 7 days. The sweeps read the list when they load a batch
 (`selectors.sweep_user_batch`'s `is_suppressed`) and record due mail to a suppressed address
 as `suppressed`, never sent. An operator lifts a suppression in the admin (permission
-`notifications.unsuppress`, logged).
+`notifications.unsuppress`, logged), or adds one by hand (`suppression_add`, permission
+`notifications.add_suppression`, logged with who did it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Lower
 
+from notifications.exceptions import AlreadySuppressed
 from notifications.models import DeliveryFeedback, EmailNotification, Suppression
 from project.redaction import redact_address
 
@@ -173,6 +175,7 @@ def _suppress(
             "expires_at": expires_at,
             "lifted_at": None,
             "lifted_by": "",
+            "suppressed_by": "",
         },
     )
     logger.warning(
@@ -180,6 +183,38 @@ def _suppress(
         redact_address(address),
         reason,
         extra={"action": "address_suppressed", "reason": reason},
+    )
+    return suppression
+
+
+def suppression_add(*, address: str, note: str, by: str, now: datetime) -> Suppression:
+    """An operator suppresses an address by hand (a PI asked by phone, a mailbox known dead):
+    for good, until lifted. An address suppressed already is refused, so the record of the
+    report that suppressed it is kept; a lifted or expired one is suppressed again. Under the
+    address's lock, as the reports are counted, so a report arriving at the same moment is
+    applied before or after it, never half-way."""
+    address = normalise(address)
+    with transaction.atomic():
+        _lock_address(address)
+        if active_suppressions(now=now).filter(address=address).exists():
+            raise AlreadySuppressed(f"{address} is already suppressed")
+        suppression, _ = Suppression.objects.update_or_create(
+            address=address,
+            defaults={
+                "reason": Reason.MANUAL,
+                "source_report": note[:_REPORT_CHARS],
+                "suppressed_at": now,
+                "expires_at": None,
+                "lifted_at": None,
+                "lifted_by": "",
+                "suppressed_by": by[:150],
+            },
+        )
+    logger.warning(
+        "%s suppressed by hand by %s",
+        redact_address(address),
+        by,
+        extra={"action": "address_suppressed", "reason": Reason.MANUAL, "user": by},
     )
     return suppression
 

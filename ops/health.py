@@ -105,7 +105,9 @@ def worker_health(
             ),
         ),
     ]
-    health.kinds = kind_table(now=now, counts_by_kind=status.jobs_by_kind)
+    health.kinds = kind_table(
+        now=now, counts_by_kind=status.jobs_by_kind, window=chart_range.window
+    )
     health.charts = _charts(now, chart_range)
     return health
 

@@ -1,9 +1,10 @@
 """The health page's per-kind table (issue 20): for each job kind, queued and running now,
-and over the last 24 hours: completed, failed for good, p95 duration and p95 queue wait.
+and over the page's range (1 h, 24 h or 7 d; issue 31.6): completed, failed for good, p95
+duration and p95 queue wait.
 
 Now-counts come from the trigger-kept jobs.models.JobCount (worker_status reads them
-already); the 24 h figures from the trigger-kept ops.models.JobPeriod, one indexed range read
-of at most 48 periods × kinds × 8 shards rows, whatever the size of the jobs table. The same
+already); the range's figures from the trigger-kept ops.models.JobPeriod, one indexed range read
+of at most 336 periods (7 d) × kinds × 8 shards rows, whatever the size of the jobs table. The same
 rows give the jobs chart's 30-minute and 3-hour bars (`finished_per_bucket`). A p95 is
 read from a histogram: the upper bound of the bucket holding the 95th percentile, so
 "≤ 2.5 s" says that 95 % of the attempts took at most that long (the same buckets as
@@ -96,10 +97,20 @@ def _add(into: list[int], values: Sequence[int] | None) -> None:
         into[i] += n
 
 
-def kind_table(*, now: datetime, counts_by_kind: Mapping[str, Mapping[str, int]]) -> KindTable:
-    """One query: the JobPeriod rows of the current 30-minute period and the 47 before it,
-    and the deltas of those periods not rolled up yet (issue 32)."""
-    since = bucket_floor(now, PERIOD) - (WINDOW - PERIOD)
+def kind_table(
+    *,
+    now: datetime,
+    counts_by_kind: Mapping[str, Mapping[str, int]],
+    window: timedelta = WINDOW,
+) -> KindTable:
+    """One query: the JobPeriod rows of the current 30-minute period and those before it
+    back to `window` (the health page's range: 2 periods for 1 h, 48 for 24 h, 336 for 7 d;
+    the current period is partly elapsed, so the table covers the range less a part of one
+    period, as the jobs chart does), and the deltas of those periods not rolled up yet
+    (issue 32)."""
+    if window < PERIOD or window % PERIOD:
+        raise ValueError(f"window {window} is not a whole number of {PERIOD} periods")
+    since = bucket_floor(now, PERIOD) - (window - PERIOD)
     stats: dict[str, KindStats] = {}
     for kind, counts in counts_by_kind.items():
         row = stats.setdefault(kind, KindStats(kind))

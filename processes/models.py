@@ -34,6 +34,7 @@ class WorkerProcess(models.Model):
     current = models.CharField(max_length=300, blank=True, default="")
 
     class Meta:
+        verbose_name_plural = "worker processes"  # Django's default: "worker processs"
         ordering = ["-heartbeat_at"]
         indexes = [models.Index(fields=["heartbeat_at"], name="processes_heartbeat_idx")]
         constraints = [

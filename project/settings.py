@@ -59,7 +59,7 @@ SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER")
 
 INSTALLED_APPS = [
     "ops",  # before django_q: its qcluster command wraps django-q2's to create schedules first
-    "django.contrib.admin",
+    "project.apps.WorkerAdminConfig",  # django.contrib.admin with project.admin_site's site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -146,6 +146,9 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Dates read ISO, UTC, with seconds on every page, the admin's lists and forms included
+# (project/formats/en/formats.py; issue 31.6).
+FORMAT_MODULE_PATH = ["project.formats"]
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"  # collectstatic writes here (the image does at build)
 STORAGES = {

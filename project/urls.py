@@ -6,9 +6,6 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-# The admin index links the Worker health page (ops/templates/ops/admin_index.html).
-admin.site.index_template = "ops/admin_index.html"
-
 urlpatterns = [
     path("", include("ops.urls")),  # before admin/: admin/worker-health/ is ours
     path("", include("notifications.urls")),  # /ses/events (SNS)

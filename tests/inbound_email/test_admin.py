@@ -93,7 +93,8 @@ def test_reprocess_action_puts_the_mail_back_and_the_next_poll_handles_it(
 
 def test_discard_action_drops_the_stored_copy(admin_client, quarantined, folder_store):
     url = reverse("admin:inbound_email_inboundemail_changelist")
-    admin_client.post(url, {"action": "discard", "_selected_action": [quarantined.pk]})
+    chosen = {"action": "discard", "_selected_action": [quarantined.pk]}
+    admin_client.post(url, {**chosen, "post": "yes"})  # confirmed (see the test below)
     quarantined.refresh_from_db()
     assert quarantined.status == "discarded" and quarantined.raw is None
     assert not folder_store.exists("quarantine/q")
@@ -308,12 +309,55 @@ def test_reprocess_and_discard_buttons_act_on_the_one_mail_and_are_audited(
     first = _quarantine(folder_store, notification, "a")
     second = _quarantine(folder_store, notification, "b")
     admin_client.post(reverse("admin:inbound_email_inboundemail_reprocess", args=[first.pk]))
-    admin_client.post(reverse("admin:inbound_email_inboundemail_discard", args=[second.pk]))
+    admin_client.post(
+        reverse("admin:inbound_email_inboundemail_discard", args=[second.pk]), {"confirm": "yes"}
+    )
     first.refresh_from_db()
     second.refresh_from_db()
     assert (first.status, second.status) == ("received", "discarded")
     messages = sorted(e.get_change_message() for e in LogEntry.objects.all())
     assert messages == ["discarded", "queued for reprocessing"]
+
+
+def test_discard_action_asks_for_confirmation_first(admin_client, quarantined, folder_store):
+    """Issue 31.6: Discard deletes the stored copies for good, so, as Django's delete does, it
+    shows what it will discard and acts only once that page is confirmed."""
+    url = reverse("admin:inbound_email_inboundemail_changelist")
+    chosen = {"action": "discard", "_selected_action": [quarantined.pk]}
+    response = admin_client.post(url, chosen)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Are you sure" in page and quarantined.store_key in page
+    assert f'name="_selected_action" value="{quarantined.pk}"' in page
+    assert 'name="post" value="yes"' in page and 'name="action" value="discard"' in page
+    quarantined.refresh_from_db()
+    assert quarantined.status == "quarantined" and folder_store.exists("quarantine/q")
+
+    response = admin_client.post(url, {**chosen, "post": "yes"}, follow=True)
+    assert "1 mail(s) discarded" in response.content.decode()
+    quarantined.refresh_from_db()
+    assert quarantined.status == "discarded" and not folder_store.exists("quarantine/q")
+
+
+def test_discard_button_asks_for_confirmation_first(admin_client, quarantined, folder_store):
+    from django.contrib.admin.models import LogEntry
+
+    url = reverse("admin:inbound_email_inboundemail_discard", args=[quarantined.pk])
+    response = admin_client.post(url)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Are you sure" in page and quarantined.store_key in page
+    assert f'action="{url}"' in page and 'name="confirm" value="yes"' in page
+    change = reverse("admin:inbound_email_inboundemail_change", args=[quarantined.pk])
+    assert f'href="{change}"' in page  # "No, take me back"
+    quarantined.refresh_from_db()
+    assert quarantined.status == "quarantined" and not LogEntry.objects.exists()
+
+    response = admin_client.post(url, {"confirm": "yes"})
+    assert response.status_code == 302 and response["Location"] == change
+    quarantined.refresh_from_db()
+    assert quarantined.status == "discarded" and not folder_store.exists("quarantine/q")
+    assert [e.get_change_message() for e in LogEntry.objects.all()] == ["discarded"]
 
 
 def test_mail_buttons_need_the_change_permission(client, django_user_model, quarantined):

@@ -129,6 +129,11 @@ def test_operator_views_quarantined_mail_safely_then_reprocesses_and_discards_it
     ).check()
     page.select_option("select[name=action]", "discard")
     page.click("button[name=index]")
+    # A confirmation page first (issue 31.6): nothing is gone until it is confirmed.
+    assert "Are you sure" in page.locator("#content").inner_text()
+    screenshot(page, "discard-confirmation")
+    assert folder_store.exists("quarantine/poison-b")
+    page.click("#discard-confirm input[type=submit]")
     assert "1 mail(s) discarded." in page.locator("ul.messagelist").inner_text()
     screenshot(page, "after-discard")
     discarded = InboundEmail.objects.get(store_key="poison-b")

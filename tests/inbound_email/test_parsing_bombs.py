@@ -221,7 +221,7 @@ def test_limits_come_from_the_settings(settings, folder_store, notification):
     assert row.detail == "INBOUND_EMAIL_MAX_MIME_PARTS: more than 3 MIME parts"
 
 
-# The shipped default (project/settings.py, README's Security table): every other limit test
+# The shipped default (project/settings.py, docs/security.md's table): every other limit test
 # sets its own limits, so this one is the only check of the value a deployment runs with.
 SHIPPED_MAX_MIME_PARTS = 100
 

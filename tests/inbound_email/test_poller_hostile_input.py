@@ -142,7 +142,7 @@ def test_a_symlink_out_of_the_mail_folder_ends_quarantined_and_discard_removes_o
 
     url = reverse("admin:inbound_email_inboundemail_changelist")
     response = admin_client.post(
-        url, {"action": "discard", "_selected_action": [row.pk]}, follow=True
+        url, {"action": "discard", "_selected_action": [row.pk], "post": "yes"}, follow=True
     )
 
     assert "1 mail(s) discarded" in response.content.decode()

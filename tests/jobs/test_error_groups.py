@@ -4,37 +4,41 @@ with count, first and last seen, a link to exactly the group's jobs, and "Retry 
 
 from __future__ import annotations
 
+import html
 from datetime import timedelta
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.db import connection
+from django.db import connection, transaction
 from django.urls import reverse
 from django.utils import timezone
 from model_bakery import baker
 
 from jobs.error_groups import job_error_groups, jobs_in_error_group
 from jobs.models import Job
+from jobs.services import format_error
 
 pytestmark = pytest.mark.django_db
 
 GROUPS_URL = reverse("admin:jobs_job_error_groups")
 
 
+def _failed_job(kind: str, last_error: str, *, ago: int = 0) -> Job:
+    return baker.make(
+        Job,
+        kind=kind,
+        status=Job.Status.FAILED,
+        attempts=3,
+        max_attempts=3,
+        failed_at=timezone.now() - timedelta(minutes=ago),
+        last_error=last_error,
+    )
+
+
 @pytest.fixture
 def failures() -> dict[str, list[Job]]:
-    now = timezone.now()
-
     def failed(kind: str, error: str, ago: int) -> Job:
-        return baker.make(
-            Job,
-            kind=kind,
-            status=Job.Status.FAILED,
-            attempts=3,
-            max_attempts=3,
-            failed_at=now - timedelta(minutes=ago),
-            last_error=f"{error}\n\nTraceback (most recent call last):\n  ...",
-        )
+        return _failed_job(kind, f"{error}\n\nTraceback (most recent call last):\n  ...", ago=ago)
 
     return {
         "not_found": [
@@ -200,3 +204,45 @@ def test_the_key_of_an_error_with_control_and_multibyte_text_is_stored():
     (group,) = job_error_groups()
     assert group.count == 1 and len(group.key) == 32
     assert set(jobs_in_error_group(group.key).values_list("pk", flat=True)) == {job.pk}
+
+
+def _real_failure(job_kind: str, make_error) -> Job:
+    """A job failed for good with the error an actual exception leaves (services.format_error)."""
+    try:
+        make_error()
+    except Exception as exc:  # noqa: BLE001 - the test records whatever it raised
+        error = format_error(exc)
+    return _failed_job(job_kind, error)
+
+
+def _duplicate_address() -> None:
+    from notifications.models import Suppression
+
+    fields = {"reason": "complaint", "suppressed_at": timezone.now()}
+    with transaction.atomic():
+        Suppression.objects.create(address="twice@example.org", **fields)
+        Suppression.objects.create(address="twice@example.org", **fields)
+
+
+def test_a_group_shows_a_sample_with_the_key_and_the_constraint(admin_client):
+    """Issue 31.6: the normalised message hides the KeyError's key and the constraint's name,
+    which are what an operator needs: each group shows one member's message as it was."""
+    _real_failure("report.render", lambda: {}["proposal_id"])
+    _real_failure("mail.send", _duplicate_address)
+    page = html.unescape(admin_client.get(GROUPS_URL).content.decode())
+    assert "KeyError: 'proposal_id'" in page
+    assert "notifications_suppression_address_key" in page
+    assert "Key (address)=(twice@example.org) already exists." in page
+
+
+def test_a_jobs_page_links_to_its_error_group(admin_client, failures):
+    """The group was shown as an md5; it is a link to the group's jobs, named by its error."""
+    job = failures["not_found"][0]
+    page = admin_client.get(reverse("admin:jobs_job_change", args=[job.pk])).content.decode()
+    changelist = reverse("admin:jobs_job_changelist")
+    link = f"{changelist}?status__exact=failed&amp;error_group={job.error_group}"
+    assert f'href="{link}"' in page
+    anchor = page.split(f'href="{link}"', 1)[1].split("</a>", 1)[0]
+    assert "ValueError" in anchor and job.error_group not in anchor
+    listed = admin_client.get(html.unescape(link)).context["cl"].result_list
+    assert {j.pk for j in listed} == {j.pk for j in failures["not_found"]}

@@ -154,3 +154,54 @@ def test_the_changelist_never_loads_the_last_error(make_pi, admin_client):
     url = reverse("admin:notifications_emailnotification_changelist")
     table = EmailNotification._meta.db_table
     assert columns_read(admin_client, url, table, ["last_error"]) == set()
+
+
+def test_an_operator_suppresses_an_address_by_hand_and_it_is_logged(client, caplog):
+    """Issue 31.6: an address could not be suppressed by hand (a PI asking by phone to stop
+    the mail). It needs the add permission; the row, the admin's history and the log name who
+    did it; the sweeps then skip the address."""
+    from django.contrib.admin.models import ADDITION, LogEntry
+
+    from notifications.models import Suppression
+    from notifications.suppression import address_is_suppressed
+
+    add = reverse("admin:notifications_suppression_add")
+    staff = baker.make("auth.User", username="ops-anna", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_suppression"))
+    client.force_login(staff)
+    assert client.get(add).status_code == 403
+
+    staff.user_permissions.add(Permission.objects.get(codename="add_suppression"))
+    client.force_login(staff)
+    assert client.get(add).status_code == 200
+    with caplog.at_level("WARNING", logger="notifications.suppression"):
+        response = client.post(add, {"address": " PI@Example.org ", "note": "asked by phone"})
+    assert response.status_code == 302
+    row = Suppression.objects.get()
+    assert (row.address, row.reason, row.suppressed_by) == ("pi@example.org", "manual", "ops-anna")
+    assert row.source_report == "asked by phone" and row.expires_at is None
+    assert address_is_suppressed("pi@example.org", now=row.suppressed_at)
+    entry = LogEntry.objects.get(object_id=str(row.pk))
+    assert (entry.user, entry.action_flag) == (staff, ADDITION)
+    (record,) = [r for r in caplog.records if getattr(r, "action", "") == "address_suppressed"]
+    assert record.user == "ops-anna" and record.reason == "manual"
+    assert "pi@example.org" not in record.getMessage()  # addresses are redacted in logs
+    changelist = client.get(reverse("admin:notifications_suppression_changelist"))
+    assert "ops-anna" in changelist.content.decode()
+
+
+def test_a_hand_suppression_refuses_a_bad_or_already_suppressed_address(admin_client):
+    from notifications.models import Suppression
+
+    add = reverse("admin:notifications_suppression_add")
+    for address in ("not an address", "a@example.org\r\nBcc: b@example.org", ""):
+        response = admin_client.post(add, {"address": address, "note": ""})
+        assert response.status_code == 200 and response.context["adminform"].form.errors
+    assert not Suppression.objects.exists()
+
+    row = _suppressed()
+    response = admin_client.post(add, {"address": row.address, "note": "again"})
+    assert response.status_code == 200
+    assert "already suppressed" in response.content.decode()
+    row.refresh_from_db()
+    assert row.reason == "hard_bounce"  # the bounce's record is kept as it was

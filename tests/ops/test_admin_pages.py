@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.contrib import admin
 from django.urls import reverse
@@ -53,3 +55,31 @@ def test_quarantined_mail_is_shown_escaped(admin_client, rows):
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert "<b>not bold</b>" not in html
+
+
+def _sections(html: str) -> list[str]:
+    """The index's section captions, as a person reads them."""
+    return [re.sub(r"<[^>]+>", "", caption).strip() for caption in CAPTION.findall(html)]
+
+
+CAPTION = re.compile(r"<caption>(.*?)</caption>", re.S)
+
+
+def test_the_index_names_each_section_once_and_spells_its_models(admin_client):
+    """Issue 31.6: "Worker processs", and two "Operations" sections (the health link's and the
+    ops app's): one section each, the Worker health page listed in Operations."""
+    html = admin_client.get(reverse("admin:index")).content.decode()
+    sections = _sections(html)
+    assert len(sections) == len(set(sections)), sections
+    assert "Operations" in sections
+    assert "Worker processs" not in html and "Worker processes" in html
+    (operations,) = re.findall(r">Operations</a>\s*</caption>(.*?)</table>", html, re.S)
+    assert f'href="{reverse("ops:worker_health")}"' in operations
+
+
+def test_staff_without_any_ops_model_still_find_the_health_page(client, django_user_model):
+    staff = django_user_model.objects.create_user(username="staff", is_staff=True)
+    client.force_login(staff)
+    html = client.get(reverse("admin:index")).content.decode()
+    assert _sections(html) == ["Operations"]
+    assert f'href="{reverse("ops:worker_health")}"' in html

@@ -3,6 +3,7 @@ admin changelist filtered to exactly the rows the tile counts."""
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -166,6 +167,32 @@ def test_the_page_lists_live_and_recently_gone_processes(admin_client, rows):
     assert by_label["gone in the last hour"].note == "1 fell silent (killed, host lost)"
 
 
+def test_the_page_shows_every_time_iso_utc_with_seconds(admin_client):
+    """Issue 31.6: the page mixed "2026-12-04T16:46:05", "2026-12-04T16:46" and "Thu 16:30";
+    every time on it reads as the admin's do (project/formats): "2026-12-04 16:46:05 UTC"."""
+    from jobs.models import PausedKind
+
+    now = timezone.now().replace(microsecond=0)
+    started = now - timedelta(minutes=5, seconds=7)
+    baker.make(
+        WorkerProcess,
+        role="qcluster",
+        host="h",
+        pid=1,
+        started_at=started,
+        heartbeat_at=now,
+        gone_after=now + timedelta(seconds=30),
+        interval_seconds=10,
+    )
+    paused = PausedKind.objects.create(kind="report.render", paused_by="admin")
+    lease = make_lease(slot=42, now=now - timedelta(seconds=3), live=True)
+    html = admin_client.get(HEALTH_URL).content.decode()
+    for moment in (started, paused.paused_at, lease.acquired_at, lease.expires_at):
+        assert f"{moment:%Y-%m-%d %H:%M:%S} UTC" in html, moment
+    shown = re.sub(r"<[^>]+>", " ", html)  # what a person reads (not data- attributes)
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d", shown)
+
+
 @pytest.mark.parametrize(
     ("key", "bars", "per"),
     [("1h", 60, "per minute"), ("24h", 48, "per 30 min"), ("7d", 56, "per 3 h")],
@@ -196,6 +223,23 @@ def test_the_ranges_count_what_they_cover(admin_client):
         for key, r in RANGES.items()
     }
     assert totals == {"1h": 1, "24h": 2, "7d": 3}
+
+
+def test_the_per_kind_table_follows_the_range(admin_client):
+    """Issue 31.6: the per-kind table stayed at 24 h when the page showed 1 h or 7 d."""
+    now = timezone.now()
+    ago = (timedelta(minutes=5), timedelta(hours=3), timedelta(days=3))
+    finish_jobs("report.render", [(now - a, "completed") for a in ago])
+    finish_jobs("report.render", [(now - timedelta(hours=5), "failed")])
+    shown = {}
+    for key, label in (("1h", "1 h"), ("24h", "24 h"), ("7d", "7 d")):
+        response = admin_client.get(HEALTH_URL, {"range": key})
+        page = response.content.decode()
+        table = page.split('id="kinds"', 1)[1].split("</table>", 1)[0]
+        assert f"completed {label}" in table and f"failed {label}" in table
+        (row,) = response.context["health"].kinds.rows
+        shown[key] = (row.completed, row.failed)
+    assert shown == {"1h": (1, 0), "24h": (2, 1), "7d": (3, 1)}
 
 
 @pytest.mark.parametrize("value", ["5y", "<script>alert(1)</script>", "24h' OR 1=1"])

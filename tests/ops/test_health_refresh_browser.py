@@ -72,6 +72,7 @@ def test_the_page_waits_while_a_person_interacts(health, screenshot, interaction
             "window.getSelection().selectAllChildren(document.querySelector('#content-main h2'))"
         )
     elif interaction == "type in a field":
+        page.locator("#toggle-nav-sidebar").click()  # the side bar starts closed (issue 31.6)
         page.locator("#nav-filter").fill("jo")
     elif interaction == "open details":
         page.locator("#about-figures summary").click()

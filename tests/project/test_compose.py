@@ -1,4 +1,4 @@
-"""docker-compose.yml has the shape the README promises (no Docker engine runs in CI)."""
+"""docker-compose.yml has the shape docs/setup.md promises (no Docker engine runs in CI)."""
 
 from __future__ import annotations
 
