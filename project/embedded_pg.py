@@ -47,6 +47,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import secrets
 import shlex
 import shutil
 import stat
@@ -350,8 +351,9 @@ def _prepare(pgdata: Path, install: Path) -> _Server:
         if pgdata.is_symlink():
             data = pgdata.resolve()
         else:
-            digest = hashlib.sha256(str(pgdata.resolve()).encode()).hexdigest()[:16]
-            data = SYSTEM_DIR / f"data-{digest}"
+            # A new name for every new var/: one derived from var/'s path brought the old
+            # database back after `rm -rf var` (issue 31.3). The old folder is an orphan now.
+            data = SYSTEM_DIR / f"data-{secrets.token_hex(8)}"
             if (pgdata / "PG_VERSION").is_file():  # made in place by an earlier version
                 if is_running(pgdata):
                     raise EmbeddedPostgresError(
@@ -366,6 +368,7 @@ def _prepare(pgdata: Path, install: Path) -> _Server:
             pgdata.symlink_to(data, target_is_directory=True)
         if not data.is_dir():
             raise EmbeddedPostgresError(f"{pgdata} links to {data}, which is missing")
+        _owner_file(data).write_text(f"{pgdata}\n")  # which var/ uses it (see _orphans)
         if data.stat().st_uid != uid:  # new, or moved here from var/pg: all of it is its
             for folder, _dirs, files in os.walk(data):
                 os.chown(folder, uid, gid)
@@ -381,6 +384,67 @@ def _prepare(pgdata: Path, install: Path) -> _Server:
             "initdb",
         )
     return server
+
+
+def _owner_file(data: Path) -> Path:
+    """Beside a data folder under SYSTEM_DIR: the var/pg path that links to it."""
+    return data.with_name(f"{data.name}.var")
+
+
+@dataclass(frozen=True)
+class Orphan:
+    data: Path
+    var_pg: Path | None  # the var/pg it was made for; None: unknown (an earlier version's)
+
+    @property
+    def removable(self) -> bool:
+        """Its var/ was deleted (or made anew) where it was: that checkout started over.
+        A folder whose checkout is gone altogether may be on a disk not mounted now, and an
+        earlier version's folder names no var/: those are reported, never removed."""
+        return self.var_pg is not None and self.var_pg.parent.parent.is_dir()
+
+
+def orphans() -> list[Orphan]:
+    """Data folders under SYSTEM_DIR that no var/pg links to any more (root only)."""
+    if not SYSTEM_DIR.is_dir():
+        return []
+    found = []
+    for data in sorted(SYSTEM_DIR.glob("data-*")):
+        if not data.is_dir() or is_running(data):
+            continue
+        owner = _owner_file(data)
+        var_pg = Path(owner.read_text().strip()) if owner.is_file() else None
+        if var_pg is not None and var_pg.is_symlink() and var_pg.resolve() == data.resolve():
+            continue
+        found.append(Orphan(data=data, var_pg=var_pg))
+    return found
+
+
+def remove_orphans() -> None:
+    """Remove the orphans whose var/ was deleted; report the others, one line each."""
+    for orphan in orphans():
+        if orphan.removable:
+            shutil.rmtree(orphan.data, ignore_errors=True)
+            _owner_file(orphan.data).unlink(missing_ok=True)
+            logger.warning(
+                "removed %s: the database of %s, which was deleted (var/ is the whole state)",
+                orphan.data,
+                orphan.var_pg.parent if orphan.var_pg else "?",
+                extra={"action": "embedded_pg_orphan_removed", "data": str(orphan.data)},
+            )
+        else:
+            made_for = (
+                f"made for {orphan.var_pg.parent}, which is gone"
+                if orphan.var_pg
+                else ("no var/ links to it (made by an earlier version)")
+            )
+            logger.warning(
+                "%s is an orphaned embedded database (%s): remove it with rm -rf %s",
+                orphan.data,
+                made_for,
+                orphan.data,
+                extra={"action": "embedded_pg_orphan", "data": str(orphan.data)},
+            )
 
 
 def start(pgdata: Path | None = None, database: str = DATABASE, user: int | None = None) -> str:
@@ -409,6 +473,8 @@ def start(pgdata: Path | None = None, database: str = DATABASE, user: int | None
         _create_database(pgdata, database)
         if user is not None:
             _update_users(pgdata, add=user)
+    if os.geteuid() == 0:
+        remove_orphans()
     return database_url(pgdata, database)
 
 
@@ -502,6 +568,7 @@ def forget(pgdata: Path | None = None) -> None:
         target = pgdata.resolve()
         if target.parent == SYSTEM_DIR and target.name.startswith("data-"):
             shutil.rmtree(target, ignore_errors=True)
+            _owner_file(target).unlink(missing_ok=True)
         pgdata.unlink()
     elif pgdata.exists():
         shutil.rmtree(pgdata)

@@ -353,3 +353,29 @@ def test_status_of_a_stopped_server(tmp_path: Path):
     stopped = _cli(_base_python(), tmp_path, "status")
     assert stopped.returncode == 3
     assert stopped.stdout.strip() == f"not running ({tmp_path / 'pg'})"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's data folders live outside var/")
+def test_as_root_deleting_var_starts_over_and_the_old_database_is_removed(home):
+    """Issue 31.3: as root, var/pg links to a folder under /var/lib/proposal-worker-pg/ that
+    was named after var/'s path, so after `rm -rf var` the old database came back (its
+    superuser, its failed jobs, its quarantined mail). var/ is the whole state now."""
+    var_dir = home / "var"
+    assert _embedded_pg("start", var_dir=var_dir).returncode == 0
+    with _connect(var_dir) as conn:
+        conn.execute("CREATE TABLE left_from_before (id int)")
+        conn.commit()
+    assert _embedded_pg("stop", var_dir=var_dir).returncode == 0
+    old = (var_dir / "pg").resolve()
+    assert old.is_dir() and old != var_dir / "pg"
+    shutil.rmtree(var_dir)
+
+    again = _embedded_pg("start", var_dir=var_dir)
+
+    assert again.returncode == 0, again.stderr
+    assert (var_dir / "pg").resolve() != old
+    with _connect(var_dir) as conn:
+        assert conn.execute("SELECT to_regclass('left_from_before')").fetchone() == (None,)
+    assert not old.exists()  # the orphan was removed, and said so
+    assert f"removed {old}: the database of {var_dir}, which was deleted" in again.stderr
+    assert _embedded_pg("stop", var_dir=var_dir).returncode == 0
