@@ -38,11 +38,13 @@ def check_database_reachable(
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         logger.debug("the database check failed", exc_info=True, extra={"action": "db_check"})
-        return [_error(connection.settings_dict, exc)]
+        return [database_error(connection.settings_dict, exc, embedded=get_config().db_is_embedded)]
     return []
 
 
-def _error(params: dict[str, Any], exc: Exception) -> Error:
+def database_error(params: dict[str, Any], exc: Exception, *, embedded: bool) -> Error:
+    """The one line for a database that does not answer (also used by manage.py before the
+    settings exist, when another setting is wrong too: the database is reported first)."""
     reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     reason = reason.removeprefix("connection failed: ").removeprefix("connection is bad: ")
     host = params.get("HOST") or "localhost"
@@ -51,7 +53,7 @@ def _error(params: dict[str, Any], exc: Exception) -> Error:
         if host.startswith("/")
         else (f"{host}:{params.get('PORT') or 5432}/{params.get('NAME')}")
     )
-    if get_config().db_is_embedded:
+    if embedded:
         return Error(
             f"DATABASE_URL is unset and the embedded PostgreSQL in {host} is not running",
             hint="start it with scripts/run-worker (or python -m project.embedded_pg start), "
