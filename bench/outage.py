@@ -8,10 +8,10 @@ Usage:
 It starts a throwaway embedded PostgreSQL (project/embedded_pg.py, in the work directory),
 migrates it, runs `manage.py qcluster` with the given number of workers and LOG_LEVEL=INFO,
 lets it settle, stops the server for the given minutes (a fast shutdown: sessions are
-ended), starts it again and waits a minute. Then it prints the log's lines per minute of the
-outage, per loop (logger and process), the tracebacks, the largest count of one loop's lines
-in any 30 s window, and the recovery lines. The database is removed at the end; the log is
-kept in the work directory.
+ended), starts it again and waits a minute. Then it prints, for the outage and for the
+time after it, the log's lines per minute, the records per loop (logger and process), the
+tracebacks, the largest count of one loop's lines in any 30 s window and the recovery
+lines. The database is removed at the end; the log is kept in the work directory.
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ def main() -> int:
         started = time.monotonic()
         embedded_pg.stop(pgdata=pgdata)
         time.sleep(args.minutes * 60)
+        up_at = log_path.stat().st_size
         embedded_pg.start(pgdata=pgdata)
         back_at = time.monotonic() - started
         time.sleep(args.after)
@@ -100,13 +101,15 @@ def main() -> int:
             cluster.wait(timeout=10)
         embedded_pg.stop(pgdata=pgdata)
         embedded_pg.forget(pgdata)
-    with log_path.open("rb") as handle:
-        handle.seek(down_at)
-        text = handle.read().decode(errors="replace")
-    report = OutageLog(text)
+    raw = log_path.read_bytes()
+    down = OutageLog(raw[down_at:up_at].decode(errors="replace"))
+    after = OutageLog(raw[up_at:].decode(errors="replace"))
     print(f"outage: {args.minutes:g} min down (back after {back_at:.0f} s), then {args.after:g} s")
     print(f"qcluster with {args.workers} workers; log: {log_path}")
-    print(report.table(outage_seconds=args.minutes * 60))
+    print(f"--- while the database was down ({args.minutes:g} min)")
+    print(down.table(minutes=args.minutes))
+    print(f"--- after it was back ({args.after:g} s: the recovery lines, then normal work)")
+    print(after.table(minutes=args.after / 60))
     shutil.rmtree(workdir / "var", ignore_errors=True)
     return 0
 

@@ -422,6 +422,9 @@ def orphans() -> list[Orphan]:
 
 def remove_orphans() -> None:
     """Remove the orphans whose var/ was deleted; report the others, one line each."""
+    for owner in SYSTEM_DIR.glob("data-*.var") if SYSTEM_DIR.is_dir() else ():
+        if not owner.with_suffix("").is_dir():
+            owner.unlink(missing_ok=True)  # its data folder was removed by hand
     for orphan in orphans():
         if orphan.removable:
             shutil.rmtree(orphan.data, ignore_errors=True)

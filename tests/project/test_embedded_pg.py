@@ -58,6 +58,7 @@ def home():
     real = (var_dir / "pg").resolve()
     if real != var_dir / "pg" and real.is_dir():
         shutil.rmtree(real, ignore_errors=True)  # as root: the data folder outside var/
+        real.with_name(f"{real.name}.var").unlink(missing_ok=True)  # and what it was for
     shutil.rmtree(root, ignore_errors=True)
 
 

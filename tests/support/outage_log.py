@@ -92,13 +92,14 @@ class OutageLog:
     def matching(self, words: str) -> list[Record]:
         return [record for record in self.records if words in record.message]
 
-    def table(self, *, outage_seconds: float) -> str:
-        minutes = max((outage_seconds + 60) / 60, 1e-9)
+    def table(self, *, minutes: float) -> str:
+        """Figures of this stretch of log, `minutes` long."""
+        minutes = max(minutes, 1e-9)
         most = self.most_in_a_window()
         rows = [
             f"log lines {len(self.lines)}, records {len(self.records)}, "
             f"tracebacks {self.tracebacks}",
-            f"lines per minute {len(self.lines) / minutes:.1f} (outage + 1 min after)",
+            f"lines per minute {len(self.lines) / minutes:.1f}",
         ]
         if self.records:
             first = self.records[0].when
