@@ -173,19 +173,24 @@ def test_a_database_url_that_is_not_a_url_is_one_line_without_a_library_warning(
     )
 
 
-def test_createsuperuser_without_a_terminal_says_what_to_run_instead(subprocess_env):
-    """Django skips it without a terminal and exits 0 with no user: the printed next step
-    seemed to work and the login then failed."""
-    result = subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "manage.py"), "createsuperuser"],
+def _without_a_terminal(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """manage.py with stdin not a terminal (a script, a CI job, a pipe)."""
+    return subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "manage.py"), *args],
         cwd=PROJECT_ROOT,
-        env=subprocess_env,
+        env=env,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_createsuperuser_without_a_terminal_says_what_to_run_instead(subprocess_env):
+    """Django skips it without a terminal and exits 0 with no user: the printed next step
+    seemed to work and the login then failed."""
+    result = _without_a_terminal(subprocess_env, "createsuperuser")
 
     assert result.returncode == 1
     assert result.stderr.strip() == (
@@ -199,16 +204,8 @@ def test_createsuperuser_as_printed_for_no_terminal_makes_the_user(subprocess_en
     from django.contrib.auth import get_user_model
 
     env = {**subprocess_env, "DJANGO_SUPERUSER_PASSWORD": "choose-one"}
-    result = subprocess.run(
-        [sys.executable, str(PROJECT_ROOT / "manage.py"), "createsuperuser", "--no-input"]
-        + ["--username", "admin", "--email", "admin@localhost"],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = _without_a_terminal(
+        env, "createsuperuser", "--no-input", "--username", "admin", "--email", "admin@localhost"
     )
 
     assert result.returncode == 0, result.stderr
