@@ -237,16 +237,18 @@ class ProcessMinter:
                 if after < held.valid_until:
                     self._quiet.failed(
                         exc,
-                        "could not renew writer slot %s; still valid, retrying",
+                        "writer slot renewal: could not renew slot %s",
                         held.lease.slot,
+                        then="; still valid, retrying",
                         extra={"action": "slot_renew_failed", "slot": held.lease.slot},
                     )
                     held.renew_due = min(after + RENEW_RETRY_SECONDS, held.valid_until)
                     return held
                 self._quiet.failed(
                     exc,
-                    "writer slot %s expired unrenewed; refusing to mint",
+                    "writer slot renewal: slot %s expired unrenewed",
                     held.lease.slot,
+                    then="; refusing to mint until a new claim",
                     extra={"action": "slot_expired", "slot": held.lease.slot},
                 )
                 self._held = None
@@ -332,7 +334,8 @@ def _renew_on_timer(minter: ProcessMinter, interval: float) -> None:
         except Exception as exc:  # noqa: BLE001 - the renewal loop's one catch-all: log, try again next beat
             minter._quiet.failed(
                 exc,
-                "timed renewal failed; trying again",
+                "writer slot renewal: the timed renewal failed",
+                then="; trying again",
                 extra={"action": "slot_timer_renew_failed"},
             )
             wait = interval

@@ -171,8 +171,8 @@ class WakeListener:
                 )
                 self._quiet.failed(
                     exc,
-                    "failed; reconnecting in %.1fs",
-                    delay,
+                    "job wake-up listener: failed",
+                    then=f"; reconnecting in {delay:.1f}s",
                     extra={"action": "jobs_listener_reconnect", "attempt": failures},
                 )
                 self.close()

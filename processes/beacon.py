@@ -51,7 +51,9 @@ class Beacon:
         except DatabaseError as exc:
             self._quiet.failed(
                 exc,
-                "could not register this process; retrying on the next beat",
+                "process beat (%s): could not register this process",
+                self.role,
+                then="; retrying on the next beat",
                 extra={"action": "process_register_failed", "role": self.role},
             )
         self._thread = threading.Thread(
@@ -92,8 +94,10 @@ class Beacon:
             except Exception as exc:  # noqa: BLE001 - the beat loop's one catch-all: log, beat again next interval
                 self._quiet.failed(
                     exc,
-                    "beat of process #%s failed; trying again",
+                    "process beat (%s): beat of process #%s failed",
+                    self.role,
                     self.process_id,
+                    then="; trying again",
                     extra={"action": "process_beat_failed", "role": self.role},
                 )
                 continue

@@ -105,12 +105,14 @@ class QuietLog:
         exc: BaseException,
         message: str,
         *args: Any,
+        then: str = "",
         extra: dict[str, Any] | None = None,
         expected: bool | None = None,
     ) -> bool:
-        """Record a failure of the loop (`message % args` says what failed); return whether
-        a line was written. `expected` defaults to "the connection was lost"; an unexpected
-        error gets its traceback on the first line of a run of failures."""
+        """Record a failure of the loop; return whether a line was written. The line reads
+        `message % args`, the error's first line in brackets, `then` (what the loop does
+        next), and on a repeat the count. `expected` defaults to "the connection was lost";
+        an unexpected error gets its traceback on the first line of a run of failures."""
         expected = connection_lost(exc) if expected is None else expected
         now = self._clock()
         with self._lock:
@@ -124,7 +126,7 @@ class QuietLog:
             repeats, self._unreported = self._unreported, 0
             self._last_line = now
             failures = self.failures
-        text = f"{self.loop}: {message % args if args else message} ({_first_line(exc)})"
+        text = f"{message % args if args else message} ({_first_line(exc)}){then}"
         if not first:
             text += f"; {repeats} more in the last {self.interval:.0f} s"
             text += f" (failing for {now - self._since:.0f} s)"

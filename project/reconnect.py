@@ -86,9 +86,11 @@ class Reconnect:
             "delay_seconds": round(delay, 3),
         }
         if lost:
-            self.quiet.failed(exc, "database connection lost; reconnecting", extra=extra)
+            self.quiet.failed(
+                exc, "%s: database connection lost", self.what, then="; reconnecting", extra=extra
+            )
         else:
-            self.quiet.failed(exc, "failed; trying again", extra=extra)
+            self.quiet.failed(exc, "%s failed", self.what, then="; trying again", extra=extra)
         return delay
 
     def recovered(self) -> None:
