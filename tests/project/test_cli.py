@@ -211,3 +211,35 @@ def test_createsuperuser_as_printed_for_no_terminal_makes_the_user(subprocess_en
     assert result.returncode == 0, result.stderr
     admin = get_user_model().objects.get(username="admin")
     assert admin.is_superuser and admin.check_password("choose-one")
+
+
+def test_the_embedded_server_down_hint_is_a_command_that_starts_it(subprocess_env):
+    """Issue 31.5: the hint said `python -m project.embedded_pg start`, which from another
+    folder, or with a Python without the project's packages, failed or asked for a pip
+    install into that Python. The hint is now a command to paste in any shell."""
+    from project import embedded_pg
+
+    del subprocess_env["DATABASE_URL"]
+    var_dir = Path(tempfile.mkdtemp(prefix="wpg-hint-")) / "var"
+    subprocess_env["WORKER_VAR_DIR"] = str(var_dir)
+    line = _one_line(manage_py("worker_status", env=subprocess_env, timeout=60))
+    command = line.split("paste: ", 1)[1].split(";", 1)[0]
+    shell_env = {
+        "PATH": ":".join(p for p in subprocess_env["PATH"].split(":") if ".venv" not in p),
+        "HOME": subprocess_env.get("HOME", "/root"),
+    }
+    try:
+        started = subprocess.run(
+            ["sh", "-c", command],
+            cwd="/",
+            env=shell_env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert started.returncode == 0, f"{command}\n{started.stderr}"
+        assert embedded_pg.is_running(var_dir / "pg")
+    finally:
+        embedded_pg.stop(var_dir / "pg")
+        embedded_pg.forget(var_dir / "pg")
