@@ -22,11 +22,13 @@ from django.utils import timezone
 from canonical_ids import leases
 from canonical_ids.conf import NO_ROLES, WORKER_ROLE, Config, get_config
 from canonical_ids.exceptions import NoWriterSlot
+from project.quiet_log import QuietLog
 
 logger = logging.getLogger(__name__)
 
 MICROS = 1_000_000
 MIN_WAIT = 0.0005  # seconds; floor of a wait for the next tick
+RENEW_RETRY_SECONDS = 1.0  # seconds between tries of a renewal that failed (lease still valid)
 
 
 def format_ts(value: int) -> str:
@@ -120,6 +122,8 @@ class ProcessMinter:
         self._ts: TsMinter | None = None
         self._pid = os.getpid()
         self._started_at = timezone.now()
+        # A renewal failing through an outage: one line, then a count per 30 s (I24).
+        self._quiet = QuietLog(logger, "writer slot renewal")
 
     # --- public ---------------------------------------------------------------------------
     @property
@@ -201,6 +205,7 @@ class ProcessMinter:
         self._ts = None
         self._pid = os.getpid()
         self._started_at = timezone.now()
+        self._quiet = QuietLog(logger, "writer slot renewal")
 
     def _last_ts(self) -> str:
         return format_ts(self._ts.last) if self._ts and self._ts.last else ""
@@ -221,25 +226,38 @@ class ProcessMinter:
                     last_ts=self._last_ts(),
                     ttl=config.lease_ttl,
                 )
-            except DatabaseError:
+            except DatabaseError as exc:
                 # Judge validity by the clock *after* the failed try: a renewal that hung (a
                 # lock wait, a dead network) may have outlived the lease, and by then the
                 # slot can belong to another process (I1). Every try opens a fresh
-                # connection, so the next mint after an outage reconnects by itself.
-                if self._monotonic() < held.valid_until:
-                    logger.warning(
-                        "Could not renew writer slot %s; still valid, retrying on next mint",
+                # connection, so the next mint after an outage reconnects by itself. The
+                # next try waits RENEW_RETRY_SECONDS (it was every 50 ms: ~19 tracebacks a
+                # second per process through an outage), but never past the lease's end.
+                after = self._monotonic()
+                if after < held.valid_until:
+                    self._quiet.failed(
+                        exc,
+                        "writer slot renewal: could not renew slot %s",
                         held.lease.slot,
-                        exc_info=True,
+                        then="; still valid, retrying",
                         extra={"action": "slot_renew_failed", "slot": held.lease.slot},
                     )
+                    held.renew_due = min(after + RENEW_RETRY_SECONDS, held.valid_until)
                     return held
+                self._quiet.failed(
+                    exc,
+                    "writer slot renewal: slot %s expired unrenewed",
+                    held.lease.slot,
+                    then="; refusing to mint until a new claim",
+                    extra={"action": "slot_expired", "slot": held.lease.slot},
+                )
                 self._held = None
                 raise NoWriterSlot(
                     f"The lease on writer slot {held.lease.slot} expired and could not be "
                     "renewed (database unreachable): refusing to mint"
                 ) from None
             if renewed:
+                self._quiet.recovered("renewed again")
                 held.renew_due = now + config.renew_interval
                 held.valid_until = now + config.lease_ttl
                 return held
@@ -311,10 +329,13 @@ def _renew_on_timer(minter: ProcessMinter, interval: float) -> None:
         time.sleep(min(max(wait, 0.05), interval))
         try:
             wait = minter.renew_if_due()
-        except Exception:  # noqa: BLE001 - the renewal loop's one catch-all: log, try again next beat
-            logger.warning(
-                "Timed renewal of the writer slot failed; trying again",
-                exc_info=True,
+        except NoWriterSlot:
+            continue  # logged where it was raised; the next call finds nothing held and ends
+        except Exception as exc:  # noqa: BLE001 - the renewal loop's one catch-all: log, try again next beat
+            minter._quiet.failed(
+                exc,
+                "writer slot renewal: the timed renewal failed",
+                then="; trying again",
                 extra={"action": "slot_timer_renew_failed"},
             )
             wait = interval

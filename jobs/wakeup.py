@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from jobs.conf import get_config
 from project.backoff import retry_delay
+from project.quiet_log import QuietLog
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +143,8 @@ class WakeListener:
         self._timers: list[float] = []  # heap of due times, on this host's monotonic clock
         self._db_minus_monotonic: float | None = None  # database epoch - time.monotonic()
         self._next_check = 0.0  # monotonic time of the next ping and look-ahead
+        # Reconnects through an outage: one line, then a count per 30 s (I24).
+        self._quiet = QuietLog(logger, "job wake-up listener")
 
     def run(self, should_stop: Callable[[], bool]) -> None:
         failures = 0
@@ -166,11 +169,10 @@ class WakeListener:
                 delay = retry_delay(
                     failures, base=RECONNECT_BASE_SECONDS, cap=RECONNECT_CAP_SECONDS, jitter=0.25
                 )
-                logger.warning(
-                    "job wake-up listener failed (%s: %s); reconnecting in %.1fs",
-                    type(exc).__name__,
+                self._quiet.failed(
                     exc,
-                    delay,
+                    "job wake-up listener: failed",
+                    then=f"; reconnecting in {delay:.1f}s",
                     extra={"action": "jobs_listener_reconnect", "attempt": failures},
                 )
                 self.close()
@@ -274,6 +276,10 @@ class WakeListener:
         self._ping(f"SET statement_timeout = {STATEMENT_TIMEOUT_MS}")
         self._ping(f"LISTEN {CHANNEL}")
         self.connects += 1
+        if self._quiet.recovered(
+            f"connected again (LISTEN {CHANNEL})", action="jobs_listener_connected"
+        ):
+            return  # the outage's one closing line
         logger.info(
             "job wake-up listener connected (LISTEN %s)",
             CHANNEL,

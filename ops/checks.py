@@ -10,6 +10,8 @@ never printed. The exception itself is logged at DEBUG (LOG_LEVEL=DEBUG or `-v 3
 from __future__ import annotations
 
 import logging
+import shlex
+from pathlib import Path
 from typing import Any
 
 from django.core.checks import Error, Tags, register
@@ -38,11 +40,27 @@ def check_database_reachable(
             conn.execute("SELECT 1")
     except psycopg.Error as exc:
         logger.debug("the database check failed", exc_info=True, extra={"action": "db_check"})
-        return [_error(connection.settings_dict, exc)]
+        return [database_error(connection.settings_dict, exc, embedded=get_config().db_is_embedded)]
     return []
 
 
-def _error(params: dict[str, Any], exc: Exception) -> Error:
+def _start_command(pgdata: str) -> str:
+    """A command that starts the embedded server from any folder and any shell: the
+    checkout's folder, its var/ when not the default, and python3 (embedded_pg re-runs
+    itself with the checkout's .venv python when python3 lacks the packages)."""
+    from project import embedded_pg
+
+    base = Path(embedded_pg.__file__).resolve().parent.parent
+    var_dir = Path(pgdata).parent
+    prefix = f"cd {shlex.quote(str(base))} && "
+    if var_dir.resolve() != (base / "var").resolve():
+        prefix += f"WORKER_VAR_DIR={shlex.quote(str(var_dir))} "
+    return f"{prefix}python3 -m project.embedded_pg start"
+
+
+def database_error(params: dict[str, Any], exc: Exception, *, embedded: bool) -> Error:
+    """The one line for a database that does not answer (also used by manage.py before the
+    settings exist, when another setting is wrong too: the database is reported first)."""
     reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     reason = reason.removeprefix("connection failed: ").removeprefix("connection is bad: ")
     host = params.get("HOST") or "localhost"
@@ -51,10 +69,10 @@ def _error(params: dict[str, Any], exc: Exception) -> Error:
         if host.startswith("/")
         else (f"{host}:{params.get('PORT') or 5432}/{params.get('NAME')}")
     )
-    if get_config().db_is_embedded:
+    if embedded:
         return Error(
             f"DATABASE_URL is unset and the embedded PostgreSQL in {host} is not running",
-            hint="start it with scripts/run-worker (or python -m project.embedded_pg start), "
+            hint=f"start it with scripts/run-worker, or paste: {_start_command(host)}; "
             "or set DATABASE_URL to a PostgreSQL server",
             id="ops.E001",
         )

@@ -22,17 +22,20 @@ show them until an operator deletes them in the admin.
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django_q.brokers.orm import ORM
 from django_q.signing import BadSignature, SignedPackage
 
 from jobs.wakeup import WAKE_TASK
 from ops.models import RefusedTask
 from ops.schedules import SCHEDULES
+from project.reconnect import Reconnect, connection_lost
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +127,15 @@ def refused_task(func: str, reason: str) -> None:
     raise TaskRefused(f"refused {func}: {reason}")
 
 
+BROKER_RETRY_CAP_SECONDS = 5.0  # seconds; the longest wait between polls of a lost broker
+
+
+@functools.cache
+def _broker_reconnect() -> Reconnect:
+    """The pusher process's backoff and quiet log (one pusher per cluster)."""
+    return Reconnect("django-q2 broker poll", cap=BROKER_RETRY_CAP_SECONDS)
+
+
 class GuardedOrmBroker(ORM):
     """django-q2's ORM broker that hands the pusher only tasks the worker may run.
 
@@ -133,7 +145,17 @@ class GuardedOrmBroker(ORM):
     """
 
     def dequeue(self) -> list[tuple[Any, Any]] | None:
-        tasks = super().dequeue()
+        try:
+            tasks = super().dequeue()
+        except DatabaseError as exc:
+            # django-q2's pusher logs any error with a traceback, ends, and is restarted by
+            # the sentinel 10 s later: four lines every 10 s through an outage. A lost
+            # connection is expected: one line, a count per 30 s, a wait, and no task (I24).
+            if not connection_lost(exc):
+                raise
+            time.sleep(_broker_reconnect().failed(exc))
+            return None
+        _broker_reconnect().recovered()
         if not tasks:
             return tasks
         kept = []

@@ -1,8 +1,8 @@
 """The beacon of one OS process: registers it, beats on a thread, says what it works on.
 
 `beacon_running(role=…)` wraps a service loop (project.command_loop) and the qcluster's main
-process; django-q2's worker processes start one on `post_spawn` (they are ended by their
-sentinel without any clean-up, so they show as gone after MISSED_BEATS intervals). The job
+process; django-q2's worker processes start one on `post_spawn` and mark it stopped as they exit
+(a multiprocessing finalizer); a killed one shows as gone after MISSED_BEATS intervals. The job
 runner and the mail poller call `doing("job #12 report.render")` / `doing("")`: a no-op in a
 process without a beacon (tests, `--once` commands, the web).
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.util
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +26,7 @@ from django.db import DatabaseError
 
 from processes import services
 from processes.conf import CURRENT_WRITE_MIN_SECONDS, get_config
+from project.quiet_log import QuietLog
 
 logger = logging.getLogger(__name__)
 
@@ -38,17 +40,20 @@ class Beacon:
         self._changed = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        # Beats failing through an outage: one line, then a count per 30 s (I24).
+        self._quiet = QuietLog(logger, f"process beat ({role})")
 
     def start(self) -> None:
         """Register now (so the row exists when this returns) and start beating. A database
         that is down now is not fatal: the thread registers once it answers."""
         try:
             self.process_id = services.process_register(role=self.role, interval=self.interval)
-        except DatabaseError:
-            logger.warning(
-                "could not register this %s process; retrying on the next beat",
+        except DatabaseError as exc:
+            self._quiet.failed(
+                exc,
+                "process beat (%s): could not register this process",
                 self.role,
-                exc_info=True,
+                then="; retrying on the next beat",
                 extra={"action": "process_register_failed", "role": self.role},
             )
         self._thread = threading.Thread(
@@ -86,14 +91,17 @@ class Beacon:
                 return
             try:
                 self._beat()
-            except Exception:  # noqa: BLE001 - the beat loop's one catch-all: log, beat again next interval
-                logger.warning(
-                    "process beat failed (%s #%s); trying again",
+            except Exception as exc:  # noqa: BLE001 - the beat loop's one catch-all: log, beat again next interval
+                self._quiet.failed(
+                    exc,
+                    "process beat (%s): beat of process #%s failed",
                     self.role,
                     self.process_id,
-                    exc_info=True,
+                    then="; trying again",
                     extra={"action": "process_beat_failed", "role": self.role},
                 )
+                continue
+            self._quiet.recovered()
 
     def _beat(self) -> None:
         if self.process_id is None:
@@ -152,6 +160,11 @@ def register_spawned_worker(sender: Any = None, proc_name: str = "", **kwargs: A
     beacon = Beacon(role="qcluster worker")
     beacon.start()
     _beacon = beacon
+    # A worker ends its loop on the sentinel's STOP and returns: multiprocessing then runs
+    # the finalizers with an exit priority (never atexit), so the row is marked stopped and
+    # leaves the live list at once (issue 31.4), not after MISSED_BEATS silent beats. A
+    # worker killed (timeout, SIGKILL) still shows as gone after those beats.
+    multiprocessing.util.Finalize(beacon, beacon.stop, exitpriority=10)
 
 
 def forget_after_fork() -> None:

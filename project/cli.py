@@ -73,13 +73,63 @@ def main(argv: list[str]) -> int:
     except ImproperlyConfigured as exc:
         if verbose:
             raise
+        about_database = str(exc).startswith(("DATABASE_URL", "Environment variable DATABASE_URL"))
+        if command in DATABASE_COMMANDS and not about_database:
+            problem = _database_problem()  # the database first: it is what one sets up first
+            if problem:
+                _say(problem)
         _say(f"configuration error: {exc}")
+        return 1
+    if command == "createsuperuser" and not _can_prompt(argv):
+        _say(
+            "createsuperuser: no terminal to ask for the password; without one run: "
+            "DJANGO_SUPERUSER_PASSWORD='choose-one' python manage.py createsuperuser "
+            "--no-input --username admin --email admin@localhost"
+        )
         return 1
     if command in DATABASE_COMMANDS and "--skip-checks" not in argv:
         if not _preflight(verbose):
             return 1
     execute_from_command_line(argv)
     return 0
+
+
+def _can_prompt(argv: list[str]) -> bool:
+    """Django's createsuperuser without a terminal skips the user and exits 0 (issue 31.7):
+    the printed next step seemed to work. With --no-input it needs none."""
+    if {"--no-input", "--noinput"} & set(argv):
+        return True
+    return sys.stdin.isatty()
+
+
+def _database_problem() -> str | None:
+    """When the settings stop on another variable (SECRET_KEY), whether the database would
+    have stopped them too: that line comes first. Read from the environment alone (the
+    settings did not load); bounded like the check (ops/checks.py)."""
+    import psycopg
+    from django.core.exceptions import ImproperlyConfigured
+
+    from ops.checks import CONNECT_TIMEOUT, database_error
+    from project import embedded_pg
+    from project.env import env_db
+
+    try:
+        config = env_db("DATABASE_URL", embedded_pg.database_url())
+    except ImproperlyConfigured as exc:
+        return f"configuration error: {exc}"
+    try:
+        psycopg.connect(
+            host=config.get("HOST") or None,
+            port=config.get("PORT") or None,
+            user=config.get("USER") or None,
+            password=config.get("PASSWORD") or None,
+            dbname=config.get("NAME") or None,
+            connect_timeout=CONNECT_TIMEOUT,
+        ).close()
+    except psycopg.Error as exc:
+        error = database_error(config, exc, embedded=not os.environ.get("DATABASE_URL"))
+        return f"configuration error ({error.id}): {error.msg}; {error.hint}"
+    return None
 
 
 def _preflight(verbose: bool) -> bool:

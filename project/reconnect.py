@@ -22,9 +22,12 @@ from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from project.backoff import retry_delay
+from project.quiet_log import QuietLog, connection_lost
+
+__all__ = ["Reconnect", "connection_lost", "discard_broken_connection", "service_loop"]
 
 logger = logging.getLogger(__name__)
 
@@ -48,25 +51,6 @@ def discard_broken_connection(alias: str = DEFAULT_DB_ALIAS) -> bool:
     return True
 
 
-def connection_lost(exc: BaseException) -> bool:
-    """Whether `exc` is the loss of the connection, as opposed to a bad or unlucky statement.
-
-    Judged from the error itself: after a failed `atomic()` Django has usually already
-    dropped the dead connection and opened a new one, so the connection's state tells
-    nothing. A lost connection is an OperationalError / InterfaceError raised by the client
-    (no SQLSTATE: "server closed the connection unexpectedly", "the connection is closed",
-    a failed connect) or by the server with a connection-exception (08xxx) or shutdown
-    (57P01 admin shutdown, i.e. `pg_terminate_backend`, 57P02, 57P03) state. A statement
-    timeout (57014), a lock timeout (55P03) or a serialization failure (40001) is not.
-    """
-    if not isinstance(exc, OperationalError | InterfaceError):
-        return False
-    if isinstance(exc, InterfaceError):
-        return True
-    sqlstate = getattr(exc.__cause__, "sqlstate", None)
-    return sqlstate is None or sqlstate.startswith(("08", "57P"))
-
-
 class Reconnect:
     """The backoff of one loop between tries after a failure.
 
@@ -88,6 +72,7 @@ class Reconnect:
         self.cap = cap
         self.alias = alias
         self.failures = 0  # in a row
+        self.quiet = QuietLog(logger, what)  # one line, then a count per 30 s (I24)
 
     def failed(self, exc: BaseException) -> float:
         self.failures += 1
@@ -97,41 +82,19 @@ class Reconnect:
         delay = retry_delay(self.failures, base=self.base, cap=self.cap, jitter=RECONNECT_JITTER)
         extra = {
             "action": "db_reconnect" if lost else "loop_error",
-            "loop": self.what,
             "attempt": self.failures,
             "delay_seconds": round(delay, 3),
         }
         if lost:
-            logger.warning(
-                "%s: database connection lost (%s: %s); reconnecting in %.1fs (try %s)",
-                self.what,
-                type(exc).__name__,
-                str(exc).strip().splitlines()[0] if str(exc).strip() else "",
-                delay,
-                self.failures,
-                extra=extra,
+            self.quiet.failed(
+                exc, "%s: database connection lost", self.what, then="; reconnecting", extra=extra
             )
         else:
-            logger.error(
-                "%s failed (%s: %s); trying again in %.1fs (try %s)",
-                self.what,
-                type(exc).__name__,
-                exc,
-                delay,
-                self.failures,
-                exc_info=exc,
-                extra=extra,
-            )
+            self.quiet.failed(exc, "%s failed", self.what, then="; trying again", extra=extra)
         return delay
 
     def recovered(self) -> None:
-        if self.failures:
-            logger.info(
-                "%s: working again after %s failed tries",
-                self.what,
-                self.failures,
-                extra={"action": "db_reconnected", "loop": self.what, "attempt": self.failures},
-            )
+        self.quiet.recovered(action="db_reconnected")
         self.failures = 0
 
 

@@ -180,7 +180,16 @@ LOGGING = {
             "format": "%(asctime)s %(levelname)s %(name)s %(process)d %(message)s",
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
+    # django-q2 logs each failed broker poll and schedule run with a traceback: through an
+    # outage, one line per loop and a count per 30 s (project/quiet_log.py, I24).
+    "filters": {"quiet_outage": {"()": "project.quiet_log.QuietFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["quiet_outage"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "INFO"},

@@ -114,6 +114,7 @@ def test_a_qcluster_lists_itself_and_each_worker_process(worker_env, tmp_path):
             timeout=60,
         )
         workers = processes_live().filter(role="qcluster worker")
+        worker_rows = [w.pk for w in workers]
         assert {w.pid for w in workers}.isdisjoint({cluster.pid})
         # The job runs until the test has seen it (a fixed 3 s job ended unseen once on a
         # loaded CI machine, where the beacon's write came late).
@@ -133,3 +134,7 @@ def test_a_qcluster_lists_itself_and_each_worker_process(worker_env, tmp_path):
         lambda: WorkerProcess.objects.get(role="qcluster", pid=cluster.pid).stopped_at,
         "the qcluster marked stopped",
     )
+    # Issue 31.4: its worker processes leave the live list when they stop (marked stopped
+    # as they exit), not only once their beats have been missing long enough.
+    stopped = WorkerProcess.objects.filter(pk__in=worker_rows, stopped_at__isnull=False)
+    assert stopped.count() == 2

