@@ -8,7 +8,22 @@ import pytest
 
 from tests.support.fault_harness import FaultHarness
 
-SCENARIO_MODULES = ["tests.faults.handlers", "tests.faults.jobs_scenario"]
+SCENARIO_MODULES = [
+    "tests.faults.handlers",
+    "tests.faults.jobs_scenario",
+    "tests.faults.intake_scenario",
+]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The whole enumeration takes minutes per scenario (docs/architecture.md, fault
+    injection): it runs only when asked for by its marker, not in the default run."""
+    if "fault_enumeration" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="the whole enumeration: run with -m fault_enumeration")
+    for item in items:
+        if "fault_enumeration" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture
