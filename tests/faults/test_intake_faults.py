@@ -1,43 +1,34 @@
-"""The inbound poller under every fault at every round trip (issue 30; I6, I8, I22)."""
+"""The inbound poller under faults at its round trips (issue 30; I6, I8, I22)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.faults.intake_scenario import INTAKE_POLL
-from tests.support.fault_harness import ERROR_BEFORE, KILL_AFTER, LOST_ANSWER, report
-
-
-def _assert_held(outcomes) -> None:
-    faulted = outcomes[-1]
-    assert faulted.fired, f"the fault never fired: {faulted.fault}"
-    assert [o.violations for o in outcomes] == [[] for _ in outcomes], faulted.log
+from tests.support.fault_harness import ERROR_BEFORE, KILL_AFTER, LOST_ANSWER, assert_held, report
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_mail_claim_that_commits_then_loses_its_answer_loses_no_mail(harness):
-    """The claim counted the attempt and leased the row; the poller never learnt it."""
-    outcomes = harness.case(
-        INTAKE_POLL, LOST_ANSWER, lambda trip: "SET attempts = attempts + ?" in trip.statement
-    )
-    report("intake-claim-lost-answer", outcomes)
-    _assert_held(outcomes)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_reply_insert_that_never_reaches_the_server_records_the_reply_once(harness):
-    outcomes = harness.case(
+def test_a_poll_loses_no_mail_and_handles_none_twice_under_a_fault_of_each_kind(harness):
+    """A mail claim that commits then loses its answer (the row leased, the poller never
+    knew: the mail waits in the intake); a reply INSERT that never reaches the server (the
+    mail is retried, its reply recorded once); a poller killed right after a mail's outcome
+    committed (the next poll cleans the intake up)."""
+    outcomes = harness.cases(
         INTAKE_POLL,
-        ERROR_BEFORE,
-        lambda trip: 'INSERT INTO "inbound_email_reply"' in trip.statement,
+        [
+            (LOST_ANSWER, lambda trip: "SET attempts = attempts + ?" in trip.statement, 0),
+            (ERROR_BEFORE, lambda trip: 'INSERT INTO "inbound_email_reply"' in trip.statement, 0),
+            (KILL_AFTER, lambda trip: trip.statement == "COMMIT", 1),
+        ],
     )
-    report("intake-reply-error-before", outcomes)
-    _assert_held(outcomes)
+    report("intake-named", outcomes)
+    assert_held(outcomes)
 
 
+@pytest.mark.fault_enumeration
 @pytest.mark.django_db(transaction=True)
-def test_a_poller_killed_after_a_mails_outcome_committed_leaves_it_handled_once(harness):
-    """Killed between the commit and the store's clean-up: the next poll cleans up."""
-    outcomes = harness.case(INTAKE_POLL, KILL_AFTER, lambda trip: trip.statement == "COMMIT", nth=1)
-    report("intake-outcome-kill-after", outcomes)
-    _assert_held(outcomes)
+def test_every_round_trip_of_a_poll_under_every_fault(harness):
+    outcomes = harness.enumerate(INTAKE_POLL)
+    report("intake-all", outcomes)
+    assert_held(outcomes)

@@ -1,8 +1,8 @@
-"""The job runner under every fault at every round trip (issue 30; I4, I5, I21, I22).
+"""The job runner under faults at its round trips (issue 30; I4, I5, I21, I22).
 
-The named cases run in the default suite; the whole enumeration is marked slow. Cases
-that fail on today's runner are issue 29's (wt-runner fixes the runner): they are kept as
-strict expected failures, to be flipped when that fix lands.
+The named cases run in the default suite; the whole enumeration runs with
+`-m fault_enumeration`. Cases that fail on today's runner are issue 29's (wt-runner fixes
+the runner): kept as strict expected failures, to be flipped when that fix lands.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from tests.faults.jobs_scenario import JOBS_DRAIN, JOBS_DRAIN_SLOW_ENDS_AT_FAULT
-from tests.support.fault_harness import ERROR_BEFORE, KILL_AFTER, LOST_ANSWER, report
+from tests.support.fault_harness import ERROR_BEFORE, KILL_AFTER, LOST_ANSWER, assert_held, report
 
 ISSUE_29_BATCH = (
     "issue 29 point 1: a completion batched behind later jobs is not durable, so a kill "
@@ -26,42 +26,36 @@ def _step(trip) -> bool:
     return "jobs_runner_step" in trip.statement
 
 
-def _assert_held(outcomes) -> None:
-    faulted = outcomes[-1]
-    assert faulted.fired, f"the fault never fired: {faulted.fault}"
-    assert [o.violations for o in outcomes] == [[] for _ in outcomes], faulted.log
+def _keeper_step(trip) -> bool:
+    """The keeper's statements run on the drain's second connection."""
+    return _step(trip) and trip.connection > 1
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_claim_that_never_reaches_the_server_is_retried_and_every_job_runs_once(harness):
-    outcomes = harness.case(JOBS_DRAIN, ERROR_BEFORE, _step)
-    report("jobs-claim-error-before", outcomes)
-    _assert_held(outcomes)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_handler_commit_whose_answer_is_lost_is_not_run_again(harness):
-    outcomes = harness.case(JOBS_DRAIN, LOST_ANSWER, lambda trip: trip.statement == "COMMIT")
-    report("jobs-handler-commit-lost-answer", outcomes)
-    _assert_held(outcomes)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_drain_killed_right_after_its_claim_leaves_the_jobs_to_the_reaper(harness):
-    outcomes = harness.case(JOBS_DRAIN, KILL_AFTER, _step)
-    report("jobs-claim-kill-after", outcomes)
-    _assert_held(outcomes)
+def test_a_drain_survives_a_fault_of_each_kind_at_its_claim_and_a_handler_commit(harness):
+    """A claim that never reaches the server is retried; a handler's commit whose answer is
+    lost is not run again; a drain killed right after its claim leaves the jobs to the
+    reaper, which charges the attempt, and each runs once."""
+    outcomes = harness.cases(
+        JOBS_DRAIN,
+        [
+            (ERROR_BEFORE, _step, 0),
+            (LOST_ANSWER, lambda trip: trip.statement == "COMMIT", 0),
+            (KILL_AFTER, _step, 0),
+        ],
+    )
+    report("jobs-named", outcomes)
+    assert_held(outcomes)
 
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.xfail(strict=True, reason=ISSUE_29_KEEPER)
 def test_the_keepers_give_back_that_commits_then_loses_its_answer_runs_no_job_twice(harness):
-    """The give-back is the keeper's first statement (on its own connection)."""
-    outcomes = harness.case(
-        JOBS_DRAIN_SLOW_ENDS_AT_FAULT, LOST_ANSWER, lambda trip: _step(trip) and trip.connection > 1
-    )
+    """The give-back is the keeper's first statement; the 0.2 s job ends the moment the
+    connection is cut, so the drain reaches the jobs the keeper put back before its retry."""
+    outcomes = harness.case(JOBS_DRAIN_SLOW_ENDS_AT_FAULT, LOST_ANSWER, _keeper_step)
     report("jobs-keeper-give-back-lost-answer", outcomes)
-    _assert_held(outcomes)
+    assert_held(outcomes)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -73,7 +67,7 @@ def test_a_kill_while_a_failure_is_recorded_does_not_rerun_the_job_before_it(har
         JOBS_DRAIN, KILL_AFTER, lambda trip: '"last_error" = ?' in trip.statement
     )
     report("jobs-failure-record-kill-after", outcomes)
-    _assert_held(outcomes)
+    assert_held(outcomes)
 
 
 @pytest.mark.fault_enumeration
@@ -83,7 +77,7 @@ def test_every_round_trip_of_a_drain_under_every_fault(harness):
     outcomes = harness.enumerate(JOBS_DRAIN) + harness.enumerate(
         JOBS_DRAIN_SLOW_ENDS_AT_FAULT,
         kinds=[LOST_ANSWER],
-        select_trips=lambda trips: [trip for trip in trips if _step(trip) and trip.connection > 1],
+        select_trips=lambda trips: [trip for trip in trips if _keeper_step(trip)],
     )
     report("jobs-all", outcomes)
-    assert [o for o in outcomes if o.violations] == []
+    assert_held(outcomes)

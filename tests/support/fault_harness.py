@@ -93,6 +93,7 @@ class Outcome:
     exit: int | None  # the faulted pass's exit code (-9: killed), None: hung
     violations: list[str] = field(default_factory=list)
     log: str = ""
+    seconds: dict[str, float] = field(default_factory=dict)  # per step: setup, run, ...
 
     @property
     def result(self) -> str:
@@ -152,15 +153,18 @@ class FaultHarness:
     ) -> tuple[Outcome, list[RoundTrip]]:
         """Fresh database, setup, the pass (with `fault`), recovery, the invariants."""
         self._runs += 1
+        clock = _Stopwatch()
         rundir = self.workdir / f"{scenario.name}-{self._runs}"
         rundir.mkdir(parents=True)
         log = rundir / "child.log"
         reset_database()
         fired_file = rundir / FIRED_FILE
         ctx = scenario.setup(rundir)
+        clock.lap("setup")
         self.proxy.begin(fault, on_kill=self._kill, on_fire=fired_file.touch)
         code = self._phase(scenario, "run", ctx, log)
         trips = self.proxy.end()
+        clock.lap("run")
         fired = self.proxy.fired
         self.proxy.begin(None)
         self.proxy.drop_all()  # what a killed or hung pass left open
@@ -172,11 +176,13 @@ class FaultHarness:
         run_pid = self._pid
         recovered = self._phase(scenario, "recover", ctx, log)
         self.proxy.drop_all()
+        clock.lap("recover")
         if recovered != 0:
             violations.append(f"recovery exited {recovered}")
         killed_pid = run_pid if code == -signal.SIGKILL else None
         violations.extend(scenario.check(ctx, killed_pid=killed_pid))
-        outcome = Outcome(scenario.name, fault, trip, fired, code, violations, str(log))
+        clock.lap("check")
+        outcome = Outcome(scenario.name, fault, trip, fired, code, violations, str(log), clock.laps)
         return outcome, trips
 
     def record(self, scenario: Scenario) -> tuple[Outcome, list[RoundTrip]]:
@@ -198,18 +204,28 @@ class FaultHarness:
             outcomes.append(self.attempt(scenario, fault, trip)[0])
         return outcomes
 
+    def cases(
+        self, scenario: Scenario, picks: Iterable[tuple[str, Callable[[RoundTrip], bool], int]]
+    ) -> list[Outcome]:
+        """The clean run, then for each (kind, where, nth) that fault at the `nth` recorded
+        round trip `where` picks: named cases, regression tests for one moment each. All
+        outcomes, the clean run first."""
+        clean, trips = self.record(scenario)
+        outcomes = [clean]
+        for kind, where, nth in picks:
+            picked = [trip for trip in trips if where(trip)]
+            if len(picked) <= nth:
+                raise LookupError(f"{scenario.name}: no round trip {nth} of {len(picked)} picked")
+            trip = picked[nth]
+            fault = Fault(kind, trip.statement, trip.occurrence)
+            outcomes.append(self.attempt(scenario, fault, trip)[0])
+        return outcomes
+
     def case(
         self, scenario: Scenario, kind: str, where: Callable[[RoundTrip], bool], nth: int = 0
     ) -> list[Outcome]:
-        """The clean run, then `kind` at the `nth` recorded round trip that `where` picks
-        (a named case: a regression test for one moment). Both outcomes, clean run first."""
-        clean, trips = self.record(scenario)
-        picked = [trip for trip in trips if where(trip)]
-        if len(picked) <= nth:
-            raise LookupError(f"{scenario.name}: no round trip {nth} of {len(picked)} picked")
-        trip = picked[nth]
-        faulted, _ = self.attempt(scenario, Fault(kind, trip.statement, trip.occurrence), trip)
-        return [clean, faulted]
+        """One named case: the clean run and one faulted run."""
+        return self.cases(scenario, [(kind, where, nth)])
 
     def _phase(self, scenario: Scenario, phase: str, ctx: dict, log: Path) -> int | None:
         """Run one phase in a forked child; its exit code, or None if it hung (killed)."""
@@ -253,6 +269,17 @@ class FaultHarness:
         return json.loads(line)
 
 
+class _Stopwatch:
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = round(now - self._last, 2)
+        self._last = now
+
+
 def scenario_attr(scenario: Scenario) -> str:
     """The module attribute that holds `scenario` (how the child finds it)."""
     module = importlib.import_module(type(scenario).__module__)
@@ -291,7 +318,7 @@ def table(outcomes: list[Outcome]) -> str:
     """Every (scenario, round trip, fault) run and its outcome, one line each."""
     lines = [
         f"{'scenario':<10} {'fault':<12} {'#':>3} {'conn':>4} {'st':<2} {'occ':>3} "
-        f"{'exit':>4}  {'statement':<64} outcome"
+        f"{'exit':>4}  {'statement':<64} {'time':>6} outcome"
     ]
     for outcome in outcomes:
         trip, fault = outcome.trip, outcome.fault
@@ -300,9 +327,17 @@ def table(outcomes: list[Outcome]) -> str:
             f"{trip.seq if trip else '-':>3} {trip.connection if trip else '-':>4} "
             f"{trip.status if trip else '-':<2} {trip.occurrence if trip else '-':>3} "
             f"{'hung' if outcome.exit is None else outcome.exit:>4}  "
-            f"{(trip.statement if trip else '(clean run)')[:64]:<64} {outcome.result}"
+            f"{(trip.statement if trip else '(clean run)')[:64]:<64} "
+            f"{sum(outcome.seconds.values()):5.1f}s {outcome.result}"
         )
     return "\n".join(lines)
+
+
+def assert_held(outcomes: list[Outcome]) -> None:
+    """Every fault fired (its round trip came) and no run broke an invariant."""
+    assert [o.fault for o in outcomes if o.fault and not o.fired] == [], "a fault never fired"
+    broken = [(o.fault, o.violations, o.log) for o in outcomes if o.violations]
+    assert broken == [], broken
 
 
 def report(name: str, outcomes: list[Outcome]) -> str:
@@ -339,6 +374,7 @@ __all__ = [
     "FaultHarness",
     "Outcome",
     "Scenario",
+    "assert_held",
     "faults_for",
     "report",
     "table",
