@@ -1,4 +1,4 @@
-"""The fault harness for the tests of this folder: one proxy and one fork server per test."""
+"""The fault harness for the tests of this folder: one proxy and one fork server for all."""
 
 from __future__ import annotations
 
@@ -31,17 +31,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.fixture
-def harness(transactional_db, tmp_path) -> Iterator[FaultHarness]:
-    with FaultHarness(modules=SCENARIO_MODULES, workdir=tmp_path) as running:
-        yield running
-
-
-@pytest.fixture
-def aws_harness(transactional_db, tmp_path) -> Iterator[FaultHarness]:
-    """The harness with moto's server (SES) running in this process, its address in the
-    passes' environment."""
+@pytest.fixture(scope="package")
+def _running_harness(django_db_setup, tmp_path_factory) -> Iterator[FaultHarness]:
+    """One proxy, one fork server and moto's server (SES) for the tests of this folder:
+    starting Django in a fork server costs seconds, a run through it a fraction of one."""
     with AwsServer() as aws:
         NEW_PROPOSAL_SWEEP.endpoint = aws.creds["AWS_ENDPOINT_URL"]
-        with FaultHarness(modules=SCENARIO_MODULES, workdir=tmp_path, env=aws.creds) as running:
+        workdir = tmp_path_factory.mktemp("faults")
+        with FaultHarness(modules=SCENARIO_MODULES, workdir=workdir, env=aws.creds) as running:
             yield running
+
+
+@pytest.fixture
+def harness(_running_harness, transactional_db, tmp_path) -> FaultHarness:
+    """The fault harness on this test's database (each run empties it first)."""
+    _running_harness.workdir = tmp_path
+    return _running_harness

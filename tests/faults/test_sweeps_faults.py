@@ -13,11 +13,11 @@ def _record_sent(trip) -> bool:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_sweep_sends_each_notice_once_under_a_fault_of_each_kind(aws_harness):
+def test_a_sweep_sends_each_notice_once_under_a_fault_of_each_kind(harness):
     """The record of a send never reaches the server: recorded again on a fresh connection,
     not sent again. The claims' commit loses its answer: the cycle ends, the claims time out
     and the next cycle sends each once. Killed right after the record: nothing is resent."""
-    outcomes = aws_harness.cases(
+    outcomes = harness.cases(
         NEW_PROPOSAL_SWEEP,
         [
             (ERROR_BEFORE, _record_sent, 0),
@@ -31,7 +31,7 @@ def test_a_sweep_sends_each_notice_once_under_a_fault_of_each_kind(aws_harness):
 
 @pytest.mark.fault_enumeration
 @pytest.mark.django_db(transaction=True)
-def test_every_round_trip_of_a_sweep_under_every_fault(aws_harness):
-    outcomes = aws_harness.enumerate(NEW_PROPOSAL_SWEEP)
+def test_every_round_trip_of_a_sweep_under_every_fault(harness):
+    outcomes = harness.enumerate(NEW_PROPOSAL_SWEEP)
     report("sweeps-all", outcomes)
     assert_held(outcomes)
