@@ -41,13 +41,20 @@ RECOVERY_SECONDS = 20.0
 
 
 class JobsDrain(Scenario):
-    """`slow_ends_at_fault`: the 0.2 s job ends as soon as the fault cuts a connection (the
-    moment the keeper's failed statement waits for its retry)."""
+    """`slow_ends_at_fault`: the slow job ends as soon as the fault cuts a connection (the
+    moment the keeper's failed statement waits for its retry). `hold`:
+    JOBS_HOLD_UNSTARTED_SECONDS, when the keeper gives unstarted jobs back."""
 
     name = "jobs"
 
-    def __init__(self, *, slow_ends_at_fault: bool = False) -> None:
+    def __init__(self, *, slow_ends_at_fault: bool = False, hold: float | None = None) -> None:
         self.slow_ends_at_fault = slow_ends_at_fault
+        self.hold = hold
+
+    def child_settings(self, ctx: dict[str, Any]) -> dict[str, Any]:
+        if self.hold is None:
+            return dict(self.settings)
+        return {**self.settings, "JOBS_HOLD_UNSTARTED_SECONDS": self.hold}
 
     settings = {
         "JOBS_LEASE_SECONDS": 1.0,
@@ -62,7 +69,9 @@ class JobsDrain(Scenario):
         ids = {}
         for n, kind, extra, priority, max_attempts in JOBS:
             if self.slow_ends_at_fault and "sleep" in extra:
-                extra = {**extra, "until": str(workdir / FIRED_FILE)}
+                # Long enough for the keeper's give-back at `hold`, and its retry (half a hold
+                # later) after the drain went on.
+                extra = {"sleep": 1.0, "until": str(workdir / FIRED_FILE)}
             job = enqueue(
                 kind, {"log": log, "n": n, **extra}, priority=priority, max_attempts=max_attempts
             )
@@ -127,4 +136,8 @@ def _read(path: str) -> list[str]:
 
 
 JOBS_DRAIN = JobsDrain()
-JOBS_DRAIN_SLOW_ENDS_AT_FAULT = JobsDrain(slow_ends_at_fault=True)
+# The keeper's give-back at 0.2 s; the slow job ends the moment its answer is cut, and the
+# keeper's next look comes 0.1 s later: the drain has taken the jobs it put back by then.
+JOBS_DRAIN_SLOW_ENDS_AT_FAULT = JobsDrain(slow_ends_at_fault=True, hold=0.2)
+# No give-back: completions wait in the batch for the drain's next statement.
+JOBS_DRAIN_NO_GIVE_BACK = JobsDrain(hold=30.0)

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.faults.jobs_scenario import JOBS_DRAIN, JOBS_DRAIN_SLOW_ENDS_AT_FAULT
+from tests.faults.jobs_scenario import (
+    JOBS_DRAIN,
+    JOBS_DRAIN_NO_GIVE_BACK,
+    JOBS_DRAIN_SLOW_ENDS_AT_FAULT,
+)
 from tests.support.fault_harness import ERROR_BEFORE, KILL_AFTER, LOST_ANSWER, assert_held, report
 
 ISSUE_29_BATCH = (
@@ -51,8 +55,9 @@ def test_a_drain_survives_a_fault_of_each_kind_at_its_claim_and_a_handler_commit
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.xfail(strict=True, reason=ISSUE_29_KEEPER)
 def test_the_keepers_give_back_that_commits_then_loses_its_answer_runs_no_job_twice(harness):
-    """The give-back is the keeper's first statement; the 0.2 s job ends the moment the
-    connection is cut, so the drain reaches the jobs the keeper put back before its retry."""
+    """The give-back is the keeper's first statement (0.2 s into the slow job); the slow job
+    ends the moment the connection is cut, so the drain reaches the jobs the keeper put
+    back before it looks again."""
     outcomes = harness.case(JOBS_DRAIN_SLOW_ENDS_AT_FAULT, LOST_ANSWER, _keeper_step)
     report("jobs-keeper-give-back-lost-answer", outcomes)
     assert_held(outcomes)
@@ -61,10 +66,11 @@ def test_the_keepers_give_back_that_commits_then_loses_its_answer_runs_no_job_tw
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.xfail(strict=True, reason=ISSUE_29_BATCH)
 def test_a_kill_while_a_failure_is_recorded_does_not_rerun_the_job_before_it(harness):
-    """The `atomic=False` job ran before the failing one; its completion waits for the next
-    step. A kill right after the failure's UPDATE re-runs it although it was not in flight."""
+    """The `atomic=False` job and the non-idempotent one ran before the failing one; their
+    completions wait for the next step (no give-back here, so the keeper sends none). A kill
+    right after the failure's UPDATE re-runs them although they were not in flight."""
     outcomes = harness.case(
-        JOBS_DRAIN, KILL_AFTER, lambda trip: '"last_error" = ?' in trip.statement
+        JOBS_DRAIN_NO_GIVE_BACK, KILL_AFTER, lambda trip: '"last_error" = ?' in trip.statement
     )
     report("jobs-failure-record-kill-after", outcomes)
     assert_held(outcomes)
