@@ -1,6 +1,6 @@
 """Minting canonical ids under faults, while the writer-slot lease is renewed.
 
-The pass mints 12 ids, 40 ms apart, with a 1 s lease renewed every 0.1 s (on a mint when
+The pass mints 8 ids, 50 ms apart, with a 1 s lease renewed every 0.2 s (on a mint when
 due, and by the timer thread), so claims and renewals of the lease interleave with the
 mints on their own connections; each id is stored as a Message (the inbox's table) and
 appended with its lease's slot to a file as soon as it is minted. Recovery is a fresh
@@ -30,14 +30,14 @@ class Minting(Scenario):
     settings = {
         "CANONICAL_IDS_ROLE": "worker",
         "CANONICAL_IDS_LEASE_TTL": 1.0,
-        "CANONICAL_IDS_RENEW_INTERVAL": 0.1,
+        "CANONICAL_IDS_RENEW_INTERVAL": 0.2,
     }
 
     def setup(self, workdir: Path) -> dict[str, Any]:
         return {"log": str(workdir / "minted.log")}
 
     def run(self, ctx: dict[str, Any]) -> None:
-        self._mint(ctx, 12)
+        self._mint(ctx, 8)
 
     def recover(self, ctx: dict[str, Any]) -> None:
         self._mint(ctx, 6)
@@ -62,7 +62,7 @@ class Minting(Scenario):
                 record_message(run_id="faults", text=f"id {minted}", author="w", source="worker")
             except DatabaseError as exc:  # the id is minted; its row may not be
                 print(f"record failed: {exc!r}", flush=True)
-            time.sleep(0.04)
+            time.sleep(0.05)
         minter.release()
 
     def check(self, ctx: dict[str, Any], *, killed_pid: int | None) -> list[str]:

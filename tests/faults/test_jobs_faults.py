@@ -86,4 +86,4 @@ def test_every_round_trip_of_a_drain_under_every_fault(harness):
         select_trips=lambda trips: [trip for trip in trips if _keeper_step(trip)],
     )
     report("jobs-all", outcomes)
-    assert_held(outcomes)
+    assert_held(outcomes, all_fired=False)

@@ -39,4 +39,4 @@ def test_a_relay_posts_exactly_once_under_a_fault_of_each_kind(harness):
 def test_every_round_trip_of_a_relay_under_every_fault(harness):
     outcomes = harness.enumerate(SLACK_RELAY)
     report("relay-all", outcomes)
-    assert_held(outcomes)
+    assert_held(outcomes, all_fired=False)

@@ -34,4 +34,4 @@ def test_a_sweep_sends_each_notice_once_under_a_fault_of_each_kind(harness):
 def test_every_round_trip_of_a_sweep_under_every_fault(harness):
     outcomes = harness.enumerate(NEW_PROPOSAL_SWEEP)
     report("sweeps-all", outcomes)
-    assert_held(outcomes)
+    assert_held(outcomes, all_fired=False)

@@ -333,9 +333,12 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def assert_held(outcomes: list[Outcome]) -> None:
-    """Every fault fired (its round trip came) and no run broke an invariant."""
-    assert [o.fault for o in outcomes if o.fault and not o.fired] == [], "a fault never fired"
+def assert_held(outcomes: list[Outcome], *, all_fired: bool = True) -> None:
+    """No run broke an invariant, and (`all_fired`: a named case) every fault fired. In an
+    enumeration a round trip of a timer thread (a lease renewal) may not come again in the
+    faulted run: it is listed `ok (not reached)` in the table."""
+    if all_fired:
+        assert [o.fault for o in outcomes if o.fault and not o.fired] == [], "a fault never fired"
     broken = [(o.fault, o.violations, o.log) for o in outcomes if o.violations]
     assert broken == [], broken
 
