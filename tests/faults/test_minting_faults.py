@@ -23,7 +23,7 @@ def test_minting_stays_unique_and_in_its_slot_under_a_fault_of_each_kind(harness
         [
             (LOST_ANSWER, lambda trip: trip.statement == "COMMIT", 0),
             (ERROR_BEFORE, _renewal, 0),
-            (KILL_AFTER, _renewal, 1),
+            (KILL_AFTER, _renewal, 0),
         ],
     )
     report("minting-named", outcomes)
