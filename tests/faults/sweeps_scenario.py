@@ -26,7 +26,7 @@ from moto.ses.models import ses_backends
 from notifications.models import EmailNotification, NotificationPreference, Proposal
 from notifications.sweeps import sweep_new_proposals
 from tests.support.fault_harness import Scenario
-from tests.support.ses import REGION, SENDER_ADDRESS
+from tests.support.ses import REGION, MotoSes
 
 Rung = NotificationPreference.Rung
 PIS = [("pi1", Rung.IMMEDIATE, 0), ("pi2", Rung.IMMEDIATE, 1), ("pi3", Rung.PAUSED, 0)]
@@ -60,7 +60,7 @@ class NewProposalSweep(Scenario):
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
         )
-        ses.verify_email_identity(EmailAddress=SENDER_ADDRESS)
+        MotoSes(ses).verify_sender()  # the sender, and the envelope's bounce domain
         for username, rung, missed in PIS:
             user = baker.make(get_user_model(), username=username, email=f"{username}@example.org")
             baker.make(NotificationPreference, user=user, rung=rung, consecutive_missed=missed)
