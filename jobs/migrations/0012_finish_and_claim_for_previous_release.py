@@ -80,7 +80,7 @@ REVERSE = (
 
 
 class Migration(migrations.Migration):
-    dependencies = [("jobs", "0010_runner_batches")]
+    dependencies = [("jobs", "0011_job_count_deltas")]
 
     # Back to 0010: dropped again, as 0010 left it (its own reverse re-creates it).
     operations = [migrations.RunSQL(FINISH_AND_CLAIM, REVERSE)]

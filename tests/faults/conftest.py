@@ -1,0 +1,49 @@
+"""The fault harness for the tests of this folder: one proxy and one fork server for all."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.faults.sweeps_scenario import NEW_PROPOSAL_SWEEP
+from tests.support.cluster import AwsServer
+from tests.support.fault_harness import FaultHarness
+
+SCENARIO_MODULES = [
+    "tests.faults.handlers",
+    "tests.faults.jobs_scenario",
+    "tests.faults.intake_scenario",
+    "tests.faults.relay_scenario",
+    "tests.faults.sweeps_scenario",
+    "tests.faults.minting_scenario",
+]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The whole enumeration takes minutes per scenario (docs/architecture.md, fault
+    injection): it runs only when asked for by its marker, not in the default run."""
+    if "fault_enumeration" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="the whole enumeration: run with -m fault_enumeration")
+    for item in items:
+        if "fault_enumeration" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="package")
+def _running_harness(django_db_setup, tmp_path_factory) -> Iterator[FaultHarness]:
+    """One proxy, one fork server and moto's server (SES) for the tests of this folder:
+    starting Django in a fork server costs seconds, a run through it a fraction of one."""
+    with AwsServer() as aws:
+        NEW_PROPOSAL_SWEEP.endpoint = aws.creds["AWS_ENDPOINT_URL"]
+        workdir = tmp_path_factory.mktemp("faults")
+        with FaultHarness(modules=SCENARIO_MODULES, workdir=workdir, env=aws.creds) as running:
+            yield running
+
+
+@pytest.fixture
+def harness(_running_harness, transactional_db, tmp_path) -> FaultHarness:
+    """The fault harness on this test's database (each run empties it first)."""
+    _running_harness.workdir = tmp_path
+    return _running_harness

@@ -1,0 +1,67 @@
+"""Job handlers of the runner's fault scenario (tests/faults/jobs_scenario.py).
+
+Each appends `start N PID` when it starts and `effect N PID` for its external effect to the
+file named in its payload (O_APPEND, one write per line), so the check can count how often
+each job ran and how often its effect happened, whichever process ran it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from jobs import handler
+
+
+def note(path: str, what: str, n: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{what} {n} {os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+
+
+def _row(n: int) -> None:
+    get_user_model().objects.create(username=f"job{n}-{uuid.uuid4().hex[:12]}", last_name=str(n))
+
+
+@handler("faults.record")
+def record(payload: dict) -> None:
+    """A database effect only, in the job's transaction (it commits with the completion)."""
+    note(payload["log"], "start", payload["n"])
+    if payload.get("sleep"):
+        # `until`: end early when that file appears (the harness makes it when its fault
+        # cuts a connection), to end exactly while the keeper's failed statement is retried.
+        deadline = time.monotonic() + payload["sleep"]
+        until = payload.get("until")
+        while time.monotonic() < deadline and not (until and os.path.exists(until)):
+            time.sleep(0.002)
+    _row(payload["n"])
+
+
+@handler("faults.charge")
+def charge(payload: dict) -> None:
+    """A non-idempotent external effect (a payment, a mail) and nothing in the database."""
+    note(payload["log"], "start", payload["n"])
+    note(payload["log"], "effect", payload["n"])
+
+
+@handler("faults.own_steps", atomic=False)
+def own_steps(payload: dict) -> None:
+    """claim -> commit -> external effect: its own committed step, then the effect."""
+    note(payload["log"], "start", payload["n"])
+    with transaction.atomic():  # idempotent per attempt, as the registry asks of it
+        get_user_model().objects.get_or_create(
+            username=f"job{payload['n']}", defaults={"last_name": str(payload["n"])}
+        )
+    note(payload["log"], "effect", payload["n"])
+
+
+@handler("faults.fail")
+def fail(payload: dict) -> None:
+    note(payload["log"], "start", payload["n"])
+    raise RuntimeError("the partner API said no")
