@@ -22,10 +22,14 @@ SCENARIO_MODULES = [
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The whole enumeration takes minutes per scenario (docs/architecture.md, fault
-    injection): it runs only when asked for by its marker, not in the default run."""
-    if "fault_enumeration" in (config.getoption("markexpr") or ""):
+    injection): it runs only when asked for, with `-m slow` or `-m fault_enumeration` (.ci/run
+    asks for it after the default run), not in the default run."""
+    markexpr = config.getoption("markexpr") or ""
+    if "fault_enumeration" in markexpr or "slow" in markexpr:
         return
-    skip = pytest.mark.skip(reason="the whole enumeration: run with -m fault_enumeration")
+    skip = pytest.mark.skip(
+        reason="the whole enumeration: run with -m slow or -m fault_enumeration"
+    )
     for item in items:
         if "fault_enumeration" in item.keywords:
             item.add_marker(skip)

@@ -27,6 +27,7 @@ def test_a_poll_loses_no_mail_and_handles_none_twice_under_a_fault_of_each_kind(
 
 
 @pytest.mark.fault_enumeration
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_every_round_trip_of_a_poll_under_every_fault(harness):
     outcomes = harness.enumerate(INTAKE_POLL)

@@ -77,6 +77,7 @@ def test_a_kill_while_a_failure_is_recorded_does_not_rerun_the_job_before_it(har
 
 
 @pytest.mark.fault_enumeration
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.xfail(strict=True, reason=f"{ISSUE_29_BATCH}; {ISSUE_29_KEEPER}")
 def test_every_round_trip_of_a_drain_under_every_fault(harness):

@@ -31,6 +31,7 @@ def test_minting_stays_unique_and_in_its_slot_under_a_fault_of_each_kind(harness
 
 
 @pytest.mark.fault_enumeration
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_every_round_trip_of_minting_under_every_fault(harness):
     outcomes = harness.enumerate(MINTING)

@@ -35,6 +35,7 @@ def test_a_relay_posts_exactly_once_under_a_fault_of_each_kind(harness):
 
 
 @pytest.mark.fault_enumeration
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_every_round_trip_of_a_relay_under_every_fault(harness):
     outcomes = harness.enumerate(SLACK_RELAY)
