@@ -19,7 +19,7 @@ from typing import TypeVar
 from django.db import DatabaseError, connection, transaction
 from psycopg.pq import TransactionStatus
 
-from jobs import registry, services
+from jobs import registry, selectors, services
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost
 from processes.beacon import doing
@@ -121,36 +121,48 @@ def run_pending(
 
     try:
         while True:
-            if not may_start():
-                break
-            running = batch.start_next()
-            if running is not None:
-                job, job_started = running
-                ran = _run_one(job, job_started, summary, reconnect, stop=stop, deadline=deadline)
-                batch.finished(ran, job_started)
-                continue
-            # Nothing claimed left: send the completions, claim the next batch (after the
-            # keeper's hand-back in flight, if any: its rows are locked until it commits).
+            # A completion that must be durable is sent even when the drain stops here.
+            if not batch.must_send():
+                if not may_start():
+                    break
+                running = batch.start_next()
+                if running is not None:
+                    job, job_started = running
+                    ran = _run_one(
+                        job, job_started, summary, reconnect, stop=stop, deadline=deadline
+                    )
+                    batch.finished(ran, job_started)
+                    continue
+            # Send the completions: before the next job starts if one of them is not
+            # idempotent (committed with the flush, I21), else with the next claim. Claim the
+            # next batch only when none is left (after the keeper's hand-back in flight, if
+            # any: its rows are locked until it commits).
             with batch.handing_back:
-                claim, done = claim_size(), batch.take_done()
+                done = batch.take_done()
+                claim = 0 if batch.has_unstarted() else claim_size()
             if not claim and not done:
+                if batch.has_unstarted():
+                    continue
                 break
-            want_more = wake_others is not None and not woke_others
-            step = _reconnecting(
-                lambda done=done, claim=claim, want_more=want_more: services.job_runner_step(
-                    worker=summary.worker,
-                    done=_ago(done),
-                    claim=claim,
-                    want_more=want_more,
-                ),
+            want_more = claim > 0 and wake_others is not None and not woke_others
+            step, resent = _send_step(
+                summary.worker,
                 reconnect,
                 stop=stop,
                 deadline=deadline,
+                done=done,
+                claim=claim,
+                want_more=want_more,
             )
             if step is None:  # the connection stayed lost: completions unknown, reaper decides
                 summary.lost += len(done)
                 break
-            _count_completions(done, step.completed, summary)
+            # A step sent again after a lost answer may find its completions already made
+            # by the first one; the claims of a lost answer are not in `batch`, so nothing
+            # renews their lease and the reaper gives them back (issue 29, point 2).
+            _count_completions(done, step.completed, summary, batch.unsure, resent=resent)
+            if not claim:
+                continue
             if not step.claimed:
                 break
             batch.add(step.claimed)
@@ -173,6 +185,42 @@ def run_pending(
     return summary
 
 
+def _must_flush(done: list[tuple[services.ClaimedJob, float]]) -> bool:
+    """Whether these completions must be committed with the WAL flush: unless every kind is
+    declared idempotent, a completion lost in a database crash would run its job again."""
+    return any(not registry.is_idempotent(job.kind) for job, _started in done)
+
+
+def _send_step(
+    worker: str,
+    reconnect: Reconnect,
+    *,
+    stop: threading.Event | None,
+    deadline: float | None,
+    done: list[tuple[services.ClaimedJob, float]],
+    claim: int,
+    want_more: bool,
+) -> tuple[services.Step | None, bool]:
+    """The drain's statement (completions, then a claim), sent again after a lost
+    connection; returns the step (None if the connection stayed lost) and whether it was
+    sent more than once (an earlier try may have committed with its answer lost)."""
+    tries = 0
+
+    def send() -> services.Step:
+        nonlocal tries
+        tries += 1
+        return services.job_runner_step(
+            worker=worker,
+            done=_ago(done),
+            claim=claim,
+            want_more=want_more,
+            durable=_must_flush(done),
+        )
+
+    step = _reconnecting(send, reconnect, stop=stop, deadline=deadline)
+    return step, tries > 1
+
+
 def _ago(done: list[tuple[services.ClaimedJob, float]]) -> list[tuple[int, float]]:
     """(id, seconds since its handler started) for the statement: a duration, so the stamp
     it writes is on the database's clock."""
@@ -190,9 +238,10 @@ def _settle(batch: _Batch, summary: RunSummary) -> None:
                 worker=summary.worker,
                 done=_ago(done),
                 release=[job.id for job in unstarted],
-                durable=bool(unstarted),
+                durable=bool(unstarted) or _must_flush(done),
             )
         except DatabaseError:  # do not mask the error that stopped us
+            discard_broken_connection()
             summary.lost += len(done)
             logger.exception(
                 "could not record %s completed jobs or give back %s unstarted ones; the "
@@ -202,24 +251,40 @@ def _settle(batch: _Batch, summary: RunSummary) -> None:
                 extra={"action": "jobs_release_failed"},
             )
         else:
-            _count_completions(done, step.completed, summary)
+            _count_completions(done, step.completed, summary, batch.unsure)
             batch.released += step.released
     for job, completed in batch.settled:
-        _count_completion(job, completed, summary)
+        _count_completion(job, completed, summary, unsure=job.id in batch.unsure)
     summary.released = batch.released
 
 
 def _count_completions(
-    done: list[tuple[services.ClaimedJob, float]], completed: frozenset[int], summary: RunSummary
+    done: list[tuple[services.ClaimedJob, float]],
+    completed: frozenset[int],
+    summary: RunSummary,
+    unsure: set[int],
+    *,
+    resent: bool = False,
 ) -> None:
-    """Count the completions one statement sent: `completed` holds the ids it completed."""
+    """Count the completions one statement sent: `completed` holds the ids it completed.
+    `resent`: the statement was sent again after a lost answer; `unsure`, the ids sent in an
+    earlier statement whose answer was lost (see _count_completion)."""
     for job, _started in done:
-        _count_completion(job, job.id in completed, summary)
+        _count_completion(job, job.id in completed, summary, unsure=resent or job.id in unsure)
 
 
-def _count_completion(job: services.ClaimedJob, completed: bool, summary: RunSummary) -> None:
-    """Count a completion sent after the handler returned; a row no longer ours was reaped."""
-    if completed:
+def _count_completion(
+    job: services.ClaimedJob, completed: bool, summary: RunSummary, *, unsure: bool = False
+) -> None:
+    """Count a completion sent after the handler returned; a row no longer ours was reaped.
+    A completion sent again after a lost answer finds nothing to do when the lost one had
+    committed: the attempt history says whether this run completed it."""
+    if completed or (
+        unsure
+        and selectors.job_attempt_completed_by(
+            job_id=job.id, number=job.attempts, worker=summary.worker
+        )
+    ):
         summary.completed += 1
         return
     summary.lost += 1
@@ -366,6 +431,7 @@ class _Batch:
         self.done: list[tuple[services.ClaimedJob, float]] = []
         self.released = 0  # given back unstarted (by the keeper or at the end)
         self.settled: list[tuple[services.ClaimedJob, bool]] = []  # completions the keeper sent
+        self.unsure: set[int] = set()  # completions sent in a statement whose answer was lost
 
     def add(self, jobs: list[services.ClaimedJob]) -> None:
         with self.lock:
@@ -384,6 +450,27 @@ class _Batch:
             self.running = None
             if ran is not None:
                 self.done.append((ran, job_started))
+
+    def must_send(self) -> bool:
+        """Whether a completion waiting here must be committed before the next job starts:
+        a kind not declared idempotent (I21; registry.handler)."""
+        with self.lock:
+            return _must_flush(self.done)
+
+    def has_unstarted(self) -> bool:
+        with self.lock:
+            return bool(self.unstarted)
+
+    def held_ids(self) -> list[int]:
+        """The rows this drain knows it holds: the keeper renews these leases only. A row
+        claimed by a statement whose answer was lost, or given back by one, is not here:
+        its lease runs out and the reaper decides (issue 29, point 2)."""
+        with self.lock:
+            ids = [job.id for job in self.unstarted]
+            ids.extend(job.id for job, _started in self.done)
+            if self.running is not None:
+                ids.append(self.running[0].id)
+            return ids
 
     def take_done(self) -> list[tuple[services.ClaimedJob, float]]:
         with self.lock:
@@ -433,7 +520,7 @@ class _Keeper(threading.Thread):
             while not self._stopped.wait(min(hold / 2, max(0.0, next_beat - time.monotonic()))):
                 if time.monotonic() >= next_beat:
                     try:
-                        services.job_heartbeat(worker=self.worker)
+                        services.job_heartbeat(worker=self.worker, job_ids=self.batch.held_ids())
                     except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: reconnect, beat again soon
                         next_beat = time.monotonic() + reconnect.failed(exc)
                         continue
@@ -480,21 +567,32 @@ class _Keeper(threading.Thread):
                         running[0].kind,
                         extra={"action": "jobs_given_back", "job_id": running[0].id},
                     )
-                release, done = [], []  # settled: nothing to put back below
+                release, done = [], []  # settled: nothing to keep below
             if mark is not None:
                 services.job_runner_step(
                     worker=self.worker, mark=(mark[0].id, time.monotonic() - mark[1])
                 )
-        except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: keep them, try next tick
+        except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: keep what is safe, try next tick
             discard_broken_connection()
             with batch.lock:
-                batch.unstarted.extendleft(reversed(release))
+                # The statement may have committed with its answer lost: the jobs it gave
+                # back may be queued again (another worker's, or this drain's next claim),
+                # so they are never started from here; if it did not commit they are still
+                # this run's, unrenewed, and the reaper re-queues them after their lease. The
+                # completions are sent again (guarded: a second one changes nothing).
                 batch.done.extend(done)
+                batch.unsure.update(job.id for job, _s in done)
                 if batch.running is running:
                     batch.running_marked = False
             logger.warning(
-                "could not give back the unstarted jobs behind job #%s (%s); trying again",
+                "could not give back %s unstarted jobs behind job #%s (%s); they are left "
+                "to their lease and the reaper",
+                len(release),
                 running[0].id,
                 exc,
-                extra={"action": "jobs_give_back_failed", "job_id": running[0].id},
+                extra={
+                    "action": "jobs_give_back_failed",
+                    "job_id": running[0].id,
+                    "jobs": len(release),
+                },
             )

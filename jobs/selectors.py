@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Case, Count, F, Q, QuerySet, Subquery, Sum, When
 
-from jobs.models import Job, JobCount
+from jobs.models import Job, JobAttempt, JobCount
 from project.pg_time import DateBin
 
 
@@ -77,3 +77,12 @@ def jobs_finished_per_bucket(*, since: datetime, step: timedelta) -> dict[str, d
     for row in rows:
         series[row["status"]][row["bucket"]] = row["n"]
     return series
+
+
+def job_attempt_completed_by(*, job_id: int, number: int, worker: str) -> bool:
+    """Whether attempt `number` of job `job_id`, run by `worker`, ended completed: how the
+    runner tells, after a completion's answer was lost and the resent completion found the
+    row no longer processing, that its first completion had committed (issue 29)."""
+    return JobAttempt.objects.filter(
+        job_id=job_id, number=number, worker=worker[:200], outcome=JobAttempt.Outcome.COMPLETED
+    ).exists()

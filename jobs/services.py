@@ -336,9 +336,17 @@ def job_release(*, worker: str, job_ids: list[int]) -> int:
     return job_runner_step(worker=worker, release=job_ids, durable=True).released
 
 
-def job_heartbeat(*, worker: str) -> int:
-    """Renew the lease of every row `worker` holds, on the database's clock; return how many."""
-    return Job.objects.filter(locked_by=worker, status=Status.PROCESSING).update(
+def job_heartbeat(*, worker: str, job_ids: Sequence[int] | None = None) -> int:
+    """Renew the lease of every row `worker` holds (or only of `job_ids` among them), on the
+    database's clock; return how many.
+
+    The runner names the rows it knows it holds: a row claimed by a statement whose answer
+    was lost is `worker`'s too, but the runner will never start it, so its lease must run
+    out for the reaper to give it back (issue 29, point 2)."""
+    rows = Job.objects.filter(locked_by=worker, status=Status.PROCESSING)
+    if job_ids is not None:
+        rows = rows.filter(pk__in=list(job_ids))
+    return rows.update(
         heartbeat_at=Now(), lease_expires_at=_db_now_plus(get_config().lease_seconds)
     )
 
