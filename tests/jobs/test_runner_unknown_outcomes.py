@@ -8,6 +8,7 @@ A job whose state is unknown is left to its lease and the reaper.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -133,15 +134,20 @@ def test_a_completion_whose_answer_is_lost_is_sent_again_and_no_job_runs_twice(s
 
 def test_a_keepers_give_back_whose_answer_is_lost_never_runs_a_job_twice(settings, tmp_path):
     """The issue's case: the keeper gives back the jobs behind a long one; the statement
-    commits and its answer is lost. The keeper used to put the jobs back in its batch
-    though their rows were queued again: the drain ran each of them, claimed them again,
-    and ran each a second time. They are now left to the queue (or, had the statement not
-    committed, to their lease and the reaper)."""
+    commits and its answer is lost, and the long job ends before the keeper's next tick.
+    The keeper used to put the jobs back in its batch though their rows were queued again:
+    the drain claimed them again and ran each twice. They are now left to the queue (or,
+    had the statement not committed, to their lease and the reaper)."""
     settings.JOBS_HOLD_UNSTARTED_SECONDS = 0.05
-    log = tmp_path / "runs.log"
-    slow = enqueue("tests.log", {"log": str(log), "n": 0, "sleep": 0.5}, priority=9)
+    log, release = tmp_path / "runs.log", tmp_path / "release"
+    slow = enqueue("tests.log", {"log": str(log), "n": 0, "until": str(release)}, priority=9)
     quick = [enqueue("tests.log", {"log": str(log), "n": n}) for n in range(1, 6)]
-    with LostAnswer(give_back) as fault:
+
+    def long_job_ends_while_the_answer_is_awaited() -> None:
+        release.touch()
+        time.sleep(0.3)
+
+    with LostAnswer(give_back, on_fire=long_job_ends_while_the_answer_is_awaited) as fault:
         summary = run_pending()
     assert len(fault.fired) == 1
     _all_completed_once(log, [slow, *quick])

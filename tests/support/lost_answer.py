@@ -74,9 +74,12 @@ class LostAnswer(EveryConnection):
 
     after_commit = True
 
-    def __init__(self, matches: Matcher, *, times: int = 1) -> None:
+    def __init__(
+        self, matches: Matcher, *, times: int = 1, on_fire: Callable[[], object] | None = None
+    ) -> None:
         super().__init__(self._fault)
         self.matches = matches
+        self.on_fire = on_fire  # runs in the faulted thread before it sees the error
         self.left = times
         self.fired: list[str] = []  # the statements that met the fault
         self._lock = threading.Lock()
@@ -88,6 +91,8 @@ class LostAnswer(EveryConnection):
                 self.left -= 1
                 self.fired.append(sql)
         conn = context["connection"]
+        if fire and self.on_fire is not None:
+            self.on_fire()
         if fire and not self.after_commit:
             cut(conn)
         result = execute(sql, params, many, context)
