@@ -30,6 +30,7 @@ class Config:
     claim_batch_size: int  # rows per claim statement
     hold_unstarted_seconds: float  # a running job's longest wait before the rest go back
     claim_max_bytes: int  # stored payload bytes per claim statement (at least one row)
+    batch_idempotent_completions: bool  # idempotent kinds' completions batched, unflushed
     retention_days: float  # completed rows older than this are pruned
     extra_handler_modules: tuple[str, ...]  # imported besides every <app>.handlers
     drain_seconds: float  # how long one woken/scheduled drain may claim new batches
@@ -52,6 +53,13 @@ def _count(name: str, default: int) -> int:
     value = getattr(settings, name, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ImproperlyConfigured(f"{name}={value!r} must be a whole number >= 1")
+    return value
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = getattr(settings, name, default)
+    if not isinstance(value, bool):
+        raise ImproperlyConfigured(f"{name}={value!r} must be True or False")
     return value
 
 
@@ -81,6 +89,7 @@ def get_config() -> Config:
         claim_batch_size=_count("JOBS_CLAIM_BATCH_SIZE", 20),
         hold_unstarted_seconds=_number("JOBS_HOLD_UNSTARTED_SECONDS", 0.05, positive=True),
         claim_max_bytes=_count("JOBS_CLAIM_MAX_BYTES", 4 * 1024 * 1024),
+        batch_idempotent_completions=_flag("JOBS_BATCH_IDEMPOTENT_COMPLETIONS", True),
         retention_days=_number("JOBS_RETENTION_DAYS", 14),
         extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),

@@ -186,8 +186,13 @@ def run_pending(
 
 
 def _must_flush(done: list[tuple[services.ClaimedJob, float]]) -> bool:
-    """Whether these completions must be committed with the WAL flush: unless every kind is
-    declared idempotent, a completion lost in a database crash would run its job again."""
+    """Whether these completions must be committed with the WAL flush before the next job
+    starts: unless every kind is declared idempotent (and JOBS_BATCH_IDEMPOTENT_COMPLETIONS
+    is on), a completion lost in a crash would run its job again."""
+    if not done:
+        return False
+    if not get_config().batch_idempotent_completions:
+        return True
     return any(not registry.is_idempotent(job.kind) for job, _started in done)
 
 

@@ -259,6 +259,9 @@ JOBS_EXTRA_HANDLER_MODULES = env_list("JOBS_EXTRA_HANDLER_MODULES", [])  # besid
 JOBS_DRAIN_SECONDS = env_float(  # seconds one scheduled/woken drain may claim new batches
     "JOBS_DRAIN_SECONDS", min(60.0, Q_TIMEOUT / 2), minimum=1
 )
+# Issue 29: completions of kinds declared idempotent wait for the next batch statement and
+# commit without the WAL flush; off: every completion is flushed before the next job starts.
+JOBS_BATCH_IDEMPOTENT_COMPLETIONS = env_bool("JOBS_BATCH_IDEMPOTENT_COMPLETIONS", True)
 JOBS_POLL_SECONDS = env_float("JOBS_POLL_SECONDS", 1.0, minimum=0.05)  # run_jobs idle sleep
 # --- inbound email ------------------------------------------------------------------------------
 # Where SES drops inbound mail: "s3://bucket/prefix" (AWS credentials, region and

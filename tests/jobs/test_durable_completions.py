@@ -63,6 +63,31 @@ def test_each_completion_of_a_kind_not_declared_idempotent_is_flushed_before_the
     ]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_operator_may_have_every_completion_flushed_idempotent_or_not(settings):
+    """JOBS_BATCH_IDEMPOTENT_COMPLETIONS=False: the completions of kinds declared idempotent
+    are flushed one by one too, before the next job starts."""
+    settings.JOBS_BATCH_IDEMPOTENT_COMPLETIONS = False
+    ids = [enqueue("tests.noop", {"n": n}).pk for n in range(3)]
+    seen: list[tuple[int, list[int], bool]] = []
+
+    def record(execute, sql, params, many, context):
+        if "jobs_runner_step" in sql:
+            seen.append((params[6], list(params[1]), params[-1]))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        summary = run_pending()
+
+    assert summary.completed == 3
+    assert seen == [
+        (20, [], True),
+        (0, [ids[0]], False),
+        (0, [ids[1]], False),
+        (20, [ids[2]], False),
+    ]
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_kill_9_mid_batch_reruns_only_the_job_in_flight(worker_env, tmp_path, settings):
