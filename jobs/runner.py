@@ -220,10 +220,50 @@ def _send_step(
             claim=claim,
             want_more=want_more,
             durable=_must_flush(done),
+            slow_kinds=slow_kinds.get(get_config().hold_unstarted_seconds) if claim else (),
         )
 
     step = _reconnecting(send, reconnect, stop=stop, deadline=deadline)
     return step, tries > 1
+
+
+SLOW_KINDS_READ_SECONDS = 30.0  # seconds a process keeps the slow kinds before reading again
+
+
+class SlowKinds:
+    """The kinds that recently ran longer than JOBS_HOLD_UNSTARTED_SECONDS: a claim ends with
+    the first of them (issue 29, point 3). Read through ops' selector, on the drain's
+    connection, at most every SLOW_KINDS_READ_SECONDS per process (and again when the hold
+    setting changes): one small indexed query, not one per claim."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read: tuple[float, float, list[str]] = (float("-inf"), 0.0, [])  # at, hold, kinds
+
+    def get(self, hold: float) -> list[str]:
+        with self._lock:
+            read_at, read_hold, kinds = self._read
+            if read_hold == hold and time.monotonic() - read_at < SLOW_KINDS_READ_SECONDS:
+                return kinds
+        from ops.selectors import job_kinds_slower_than  # ops' models import this app
+
+        kinds = job_kinds_slower_than(seconds=hold)
+        with self._lock:
+            self._read = (time.monotonic(), hold, kinds)
+        return kinds
+
+    def known(self, kinds: list[str], *, hold: float) -> None:
+        """Take `kinds` as just read (a test's fresh database has no durations yet)."""
+        with self._lock:
+            self._read = (time.monotonic(), hold, list(kinds))
+
+    def forget(self) -> None:
+        """Read again at the next claim."""
+        with self._lock:
+            self._read = (float("-inf"), 0.0, [])
+
+
+slow_kinds = SlowKinds()
 
 
 def _ago(done: list[tuple[services.ClaimedJob, float]]) -> list[tuple[int, float]]:
