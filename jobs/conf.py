@@ -35,6 +35,8 @@ class Config:
     extra_handler_modules: tuple[str, ...]  # imported besides every <app>.handlers
     drain_seconds: float  # how long one woken/scheduled drain may claim new batches
     poll_seconds: float  # run_jobs' sleep when the queue is empty
+    linger_seconds: float  # a qcluster drain waits this long for a job before it returns
+    linger_poll_seconds: float  # and asks this often whether one is due
     cluster_workers: int  # Q_CLUSTER["workers"]: bounds the wake tasks a drain may add
     listener_ping_seconds: float  # the wake-up listener pings this often, waits this long
     listen_database_url: str  # direct connection for LISTEN ("" = the default database's)
@@ -94,6 +96,8 @@ def get_config() -> Config:
         extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
+        linger_seconds=_number("JOBS_LINGER_SECONDS", 2.0),
+        linger_poll_seconds=_number("JOBS_LINGER_POLL_SECONDS", 0.05, positive=True),
         cluster_workers=_cluster_workers(),
         listener_ping_seconds=_number("JOBS_LISTENER_PING_SECONDS", 15, positive=True),
         listen_database_url=_url("LISTEN_DATABASE_URL"),

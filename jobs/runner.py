@@ -70,6 +70,7 @@ def run_pending(
     max_seconds: float | None = None,
     stop: threading.Event | None = None,
     wake_others: Callable[[], object] | None = None,
+    linger: float = 0.0,
 ) -> RunSummary:
     """Drain due jobs in this process until none is due, `limit` jobs ran, or `max_seconds`
     passed (checked before each job: a job is never started after it); return what
@@ -83,6 +84,12 @@ def run_pending(
     idle worker), so quick jobs never wait long behind a slow one (point 4). When a claim
     sees more due jobs than it took, `wake_others` is called (once per drain; the qcluster
     task sends a wake task, so an idle worker starts them).
+
+    With `linger` (seconds; the qcluster task passes JOBS_LINGER_SECONDS) a drain that
+    finds nothing due waits that long for a job before it returns, asking every
+    JOBS_LINGER_POLL_SECONDS whether one is due (one read of the claim index, no write): a
+    job enqueued meanwhile starts within that poll, not after a wake task has gone through
+    django-q2's broker (issue 29, point 5).
 
     Call it outside any transaction (its claims must commit before handlers run).
     """
@@ -164,6 +171,8 @@ def run_pending(
             if not claim:
                 continue
             if not step.claimed:
+                if _due_within(linger, config.linger_poll_seconds, stop=stop, deadline=deadline):
+                    continue
                 break
             batch.add(step.claimed)
             summary.claimed += len(step.claimed)
@@ -183,6 +192,27 @@ def run_pending(
             extra={"action": "jobs_drained", **summary.as_dict()},
         )
     return summary
+
+
+def _due_within(
+    linger: float, poll: float, *, stop: threading.Event | None, deadline: float | None
+) -> bool:
+    """Wait up to `linger` seconds (never past `deadline` or `stop`) for a due job, asking
+    every `poll` seconds; True when one is due."""
+    until = time.monotonic() + linger
+    if deadline is not None:
+        until = min(until, deadline)
+    while True:
+        wait = min(poll, until - time.monotonic())
+        if wait <= 0:
+            return False
+        if stop is not None:
+            if stop.wait(wait):
+                return False
+        else:
+            time.sleep(wait)
+        if selectors.job_due_now():
+            return True
 
 
 def _must_flush(done: list[tuple[services.ClaimedJob, float]]) -> bool:

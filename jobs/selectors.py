@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Subquery, Sum, When
 
 from jobs.models import Job, JobAttempt, JobCount
@@ -86,3 +87,21 @@ def job_attempt_completed_by(*, job_id: int, number: int, worker: str) -> bool:
     return JobAttempt.objects.filter(
         job_id=job_id, number=number, worker=worker[:200], outcome=JobAttempt.Outcome.COMPLETED
     ).exists()
+
+
+# Served by the partial claim index, like the wake-up listener's own check (jobs/wakeup.py).
+_DUE_NOW_SQL = """
+SELECT EXISTS (
+    SELECT 1 FROM jobs_job
+    WHERE status = 'queued' AND run_after <= clock_timestamp() AND attempts < max_attempts
+      AND kind NOT IN (SELECT kind FROM jobs_pausedkind)
+)
+"""
+
+
+def job_due_now() -> bool:
+    """Whether a job is due now, on the database's clock: one read of the claim index, no
+    write and no trigger (what a lingering drain asks every JOBS_LINGER_POLL_SECONDS)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_DUE_NOW_SQL)
+        return bool(cursor.fetchone()[0])
