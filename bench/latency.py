@@ -190,7 +190,8 @@ def main() -> None:
 
     print(
         f"enqueue→start latency, qcluster with {args.workers} workers, DEBUG={settings.DEBUG}, "
-        f"{args.seconds:g} s per row (target: p95 <= 50 ms at 100/s; wake tasks <= {args.workers + 2})"
+        f"{args.seconds:g} s per row (target: p95 <= 50 ms at 100/s; "
+        f"wake tasks <= {args.workers + 2})"
     )
     print(
         f"  {'producer':<18}{'jobs/s':>7}{'jobs':>6}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}"
