@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
 from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
 from psycopg.pq import TransactionStatus
 
 from jobs import registry, selectors, services
@@ -198,7 +199,9 @@ def _due_within(
     linger: float, poll: float, *, stop: threading.Event | None, deadline: float | None
 ) -> bool:
     """Wait up to `linger` seconds (never past `deadline` or `stop`) for a due job, asking
-    every `poll` seconds; True when one is due."""
+    every `poll` seconds; True when one is due. The wait ends early, False, when nothing
+    is due and a django-q2 task waits for a worker (a schedule's, or a wake-up): a
+    lingering drain must not keep the cluster's other work waiting."""
     until = time.monotonic() + linger
     if deadline is not None:
         until = min(until, deadline)
@@ -211,8 +214,11 @@ def _due_within(
                 return False
         else:
             time.sleep(wait)
-        if selectors.job_due_now():
+        due, task_waiting = selectors.job_due_or_task_waiting(now=timezone.now())
+        if due:
             return True
+        if task_waiting:
+            return False
 
 
 def _must_flush(done: list[tuple[services.ClaimedJob, float]]) -> bool:

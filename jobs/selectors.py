@@ -89,19 +89,24 @@ def job_attempt_completed_by(*, job_id: int, number: int, worker: str) -> bool:
     ).exists()
 
 
-# Served by the partial claim index, like the wake-up listener's own check (jobs/wakeup.py).
-_DUE_NOW_SQL = """
+# One round trip for a lingering drain: is a job due (the partial claim index, like the
+# wake-up listener's own check in jobs/wakeup.py), and is a django-q2 task waiting in the
+# ORM broker for a worker (a row whose lock has passed: queued, or its retry is due).
+_LINGER_SQL = """
 SELECT EXISTS (
     SELECT 1 FROM jobs_job
     WHERE status = 'queued' AND run_after <= clock_timestamp() AND attempts < max_attempts
       AND kind NOT IN (SELECT kind FROM jobs_pausedkind)
-)
+), EXISTS (SELECT 1 FROM django_q_ormq WHERE lock <= %s)
 """
 
 
-def job_due_now() -> bool:
-    """Whether a job is due now, on the database's clock: one read of the claim index, no
-    write and no trigger (what a lingering drain asks every JOBS_LINGER_POLL_SECONDS)."""
+def job_due_or_task_waiting(*, now: datetime) -> tuple[bool, bool]:
+    """Whether a job is due now (on the database's clock), and whether a django-q2 task
+    waits in the broker for a worker (by `now`, this host's clock, as django-q2's broker
+    itself decides): what a lingering drain asks every JOBS_LINGER_POLL_SECONDS. One read
+    of two indexes, no write and no trigger."""
     with connection.cursor() as cursor:
-        cursor.execute(_DUE_NOW_SQL)
-        return bool(cursor.fetchone()[0])
+        cursor.execute(_LINGER_SQL, [now])
+        due, waiting = cursor.fetchone()
+    return bool(due), bool(waiting)

@@ -75,3 +75,34 @@ def test_an_idle_drain_sends_one_read_per_poll_and_writes_nothing(settings):
     assert len(runner_steps) == 1
     assert 1 <= len(reads) <= 20
     assert all(sql.lstrip().startswith("SELECT EXISTS") for sql in reads), reads
+
+
+def test_a_lingering_drain_returns_when_a_task_waits_for_a_worker():
+    """A drain lingering for jobs must not keep the cluster's other work (a schedule's task,
+    a wake-up) waiting: when nothing is due and a django-q2 task waits in the broker, the
+    drain returns, so its worker can take the task."""
+    from django.utils import timezone
+    from django_q.models import OrmQ
+
+    result: dict = {}
+
+    def drain() -> None:
+        from django.db import connection
+
+        try:
+            result["summary"] = run_pending(linger=60)
+        finally:
+            connection.close()
+
+    with _Statements() as statements:
+        thread = threading.Thread(target=drain)
+        thread.start()
+        try:
+            wait_until(lambda: any("EXISTS" in sql for sql in statements.sql), "lingering")
+            OrmQ.objects.create(key="worker", payload="a task", lock=timezone.now())
+            thread.join(30)
+            assert not thread.is_alive(), "the drain kept lingering with a task waiting"
+        finally:
+            OrmQ.objects.all().delete()
+            thread.join(60)
+    assert result["summary"].claimed == 0
