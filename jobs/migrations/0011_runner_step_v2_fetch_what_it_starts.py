@@ -7,7 +7,10 @@ claims and 2,200 give-backs. `jobs_runner_step_v2` takes one more argument, the 
 recently ran longer than JOBS_HOLD_UNSTARTED_SECONDS (`p_slow_kinds`, read by the runner
 through a selector over the per-kind durations, ops.selectors.job_kinds_slower_than), and
 ends the batch with the first job of such a kind: nothing is claimed behind a job that will
-hold it, so nothing has to be given back. Everything else is 0010's statement.
+hold it, so nothing has to be given back. And each of its parts (complete, mark, give
+back, claim) runs only when asked for: 0010's single statement of four data-modifying CTEs
+fired the table's statement triggers four times per call, whatever it did (issue 29,
+point 4: the PostgreSQL CPU per job). One call is still one transaction and one commit.
 
 Expand/contract (invariant I23): `jobs_runner_step` stays as it is for the release still
 running; a later release's post-deployment migration drops it.
@@ -25,44 +28,66 @@ CREATE FUNCTION jobs_runner_step_v2(
     attempts integer, max_attempts integer, more_due boolean
 ) LANGUAGE plpgsql AS $$
 #variable_conflict use_column
+DECLARE
+    v_completed bigint[] := '{}';
+    v_released integer := 0;
 BEGIN
     IF p_async_commit THEN
         -- Only when this statement is its own transaction and every completion in it is of
         -- a kind declared idempotent (jobs/services.py, job_runner_step).
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
-    RETURN QUERY
-    WITH done AS (
-        UPDATE jobs_job AS j
-        SET status = 'completed', completed_at = clock_timestamp(), locked_by = '',
-            lease_expires_at = NULL,
-            started_at = coalesce(j.started_at,
-                clock_timestamp() - make_interval(secs => greatest(d.ago, 0)))
-        FROM unnest(p_done, p_done_ago) AS d(id, ago)
-        WHERE j.id = d.id AND j.locked_by = p_worker AND (j.status = 'processing') IS TRUE
-        RETURNING j.id
-    ), marked AS (
+    -- Each part runs only when asked for: every UPDATE of jobs_job fires the table's
+    -- statement triggers (counts, wake-up, attempts, rates), even over no row, and 0010's
+    -- one statement of four data-modifying CTEs fired them four times. The due scan is
+    -- served by jobs_job_claim_idx; the others go by primary key (`IS TRUE` keeps them off
+    -- jobs_job_status_done_idx, which holds a dead 'processing' entry per job run).
+    IF cardinality(p_done) > 0 THEN
+        WITH done AS (
+            UPDATE jobs_job AS j
+            SET status = 'completed', completed_at = clock_timestamp(), locked_by = '',
+                lease_expires_at = NULL,
+                started_at = coalesce(j.started_at,
+                    clock_timestamp() - make_interval(secs => greatest(d.ago, 0)))
+            FROM unnest(p_done, p_done_ago) AS d(id, ago)
+            WHERE j.id = d.id AND j.locked_by = p_worker AND (j.status = 'processing') IS TRUE
+            RETURNING j.id
+        )
+        SELECT coalesce(array_agg(done.id), '{}') INTO v_completed FROM done;
+    END IF;
+    IF p_mark IS NOT NULL THEN
         UPDATE jobs_job AS j
         SET started_at = clock_timestamp() - make_interval(secs => greatest(p_mark_ago, 0))
         WHERE j.id = p_mark AND j.locked_by = p_worker AND (j.status = 'processing') IS TRUE
-          AND j.started_at IS NULL
-        RETURNING j.id
-    ), given_back AS (
-        UPDATE jobs_job AS j
-        SET status = 'queued', attempts = j.attempts - 1, locked_by = '', started_at = NULL,
-            heartbeat_at = NULL, lease_expires_at = NULL
-        WHERE j.id = ANY(p_release) AND j.locked_by = p_worker
-          AND (j.status = 'processing') IS TRUE
-        RETURNING j.id
-    ), due AS (
+          AND j.started_at IS NULL;
+    END IF;
+    IF cardinality(p_release) > 0 THEN
+        WITH given_back AS (
+            UPDATE jobs_job AS j
+            SET status = 'queued', attempts = j.attempts - 1, locked_by = '',
+                started_at = NULL, heartbeat_at = NULL, lease_expires_at = NULL
+            WHERE j.id = ANY(p_release) AND j.locked_by = p_worker
+              AND (j.status = 'processing') IS TRUE
+            RETURNING j.id
+        )
+        SELECT count(*)::integer INTO v_released FROM given_back;
+    END IF;
+    IF coalesce(p_claim, 0) <= 0 THEN
+        RETURN QUERY SELECT v_completed, v_released, NULL::bigint, NULL::text, NULL::jsonb,
+            NULL::integer, NULL::integer, false;
+        RETURN;
+    END IF;
+    RETURN QUERY
+    WITH due AS (
         SELECT j.id, j.priority, j.run_after, pg_column_size(j.payload) AS size,
             j.kind = ANY(p_slow_kinds) AS slow
         FROM jobs_job AS j
-        WHERE p_claim > 0 AND j.status = 'queued' AND j.run_after <= clock_timestamp()
+        WHERE j.status = 'queued' AND j.run_after <= clock_timestamp()
           AND j.attempts < j.max_attempts
           AND j.kind NOT IN (SELECT p.kind FROM jobs_pausedkind AS p)  -- issue 20
+          AND NOT (j.id = ANY(coalesce(p_release, '{}')))  -- given back just now: not again
         ORDER BY j.priority DESC, j.run_after, j.id
-        LIMIT greatest(p_claim, 0)
+        LIMIT p_claim
         FOR UPDATE SKIP LOCKED
     ), pick AS (
         -- In claim order: always the first; then each row while the stored payloads add up
@@ -86,8 +111,7 @@ BEGIN
         RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run_after
     )
     SELECT
-        (SELECT coalesce(array_agg(done.id), '{}') FROM done),
-        (SELECT count(*)::integer FROM given_back),
+        v_completed, v_released,
         c.id, c.kind::text, c.payload, c.attempts::integer, c.max_attempts::integer,
         p_more AND EXISTS (
             SELECT 1 FROM jobs_job AS other
