@@ -3,7 +3,7 @@
 from jobs import handler
 
 
-@handler("bench.noop")
+@handler("bench.noop", idempotent=True)
 def noop(payload: dict) -> None:
     pass
 
