@@ -12,7 +12,6 @@ run shows whatever the database lost.
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from django.db import connection
 from jobs import enqueue, run_pending
 from jobs.models import Job
 from jobs.reaper import jobs_reap_stale
-from tests.support.processes import manage_py, spawn_manage_py, wait_until
+from tests.support.processes import killed_on_exit, manage_py, spawn_manage_py, wait_until
 from tests.support.throwaway_pg import ThrowawayCluster
 
 
@@ -110,15 +109,9 @@ def test_kill_9_mid_batch_reruns_only_the_job_in_flight(worker_env, tmp_path, se
         "JOBS_LEASE_SECONDS": "2",
         "JOBS_HEARTBEAT_SECONDS": "0.25",
     }
-    worker = spawn_manage_py("run_jobs", "--burst", env=env)
-    try:
+    with killed_on_exit(spawn_manage_py("run_jobs", "--burst", env=env)) as worker:
         wait_until(lambda: 11 in _runs(log), "job 11 started", timeout=60)
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(timeout=10)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(timeout=10)
+        worker.kill()  # kill -9
 
     by_n = {job.payload["n"]: job.pk for job in jobs}
     done_before = set(Job.objects.filter(status=Job.Status.COMPLETED).values_list("pk", flat=True))
@@ -182,16 +175,10 @@ def test_a_database_crash_reruns_no_job_whose_completion_the_worker_saw(
         "PROCESS_HEARTBEAT_SECONDS": "600",
         "JOBS_BACKOFF_BASE_SECONDS": "0",
     }
-    worker = spawn_manage_py("run_jobs", "--burst", env=env)
-    try:
+    with killed_on_exit(spawn_manage_py("run_jobs", "--burst", env=env)) as worker:
         wait_until(lambda: len(_runs(log)) >= 12, "a dozen jobs run", timeout=60, interval=0.01)
         cluster.crash()
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(timeout=10)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(timeout=10)
+        worker.kill()
     started = [int(line.split()[0]) for line in log.read_text().splitlines()]
     cluster.start()
     with cluster.connect() as conn:  # the dead worker's lease runs out
@@ -242,17 +229,11 @@ def test_the_keepers_hand_back_survives_a_database_crash(worker_env, tmp_path, c
                 "SELECT count(*) FROM jobs_job WHERE status = 'queued' AND attempts = 0"
             ).fetchone() == (5,)
 
-    worker = spawn_manage_py("run_jobs", "--burst", env=env)
-    try:
+    with killed_on_exit(spawn_manage_py("run_jobs", "--burst", env=env)) as worker:
         wait_until(lambda: 0 in _runs(log), "the long job started", timeout=60)
         wait_until(given_back, "the quick jobs given back", timeout=10, interval=0.01)
         cluster.crash()
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(timeout=10)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait(timeout=10)
+        worker.kill()
     cluster.start()
 
     assert given_back(), "the hand-back was lost in the crash"

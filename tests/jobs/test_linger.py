@@ -17,6 +17,7 @@ from jobs import enqueue
 from jobs.runner import run_pending
 from tests.support.lost_answer import EveryConnection
 from tests.support.processes import wait_until
+from tests.support.threads import drain_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,18 +38,8 @@ def test_a_job_enqueued_while_a_drain_lingers_is_started_by_it(tmp_path):
     log = tmp_path / "runs.log"
     stop = threading.Event()
     result: dict = {}
-
-    def drain() -> None:
-        from django.db import connection
-
-        try:
-            result["summary"] = run_pending(linger=60, stop=stop)
-        finally:
-            connection.close()
-
     with _Statements() as statements:
-        thread = threading.Thread(target=drain)
-        thread.start()
+        thread = drain_in_thread(result, linger=60, stop=stop)
         try:
             # Its claim found nothing; it now waits for a job instead of returning.
             wait_until(lambda: any("EXISTS" in sql for sql in statements.sql), "lingering")
@@ -85,18 +76,8 @@ def test_a_lingering_drain_returns_when_a_task_waits_for_a_worker():
     from django_q.models import OrmQ
 
     result: dict = {}
-
-    def drain() -> None:
-        from django.db import connection
-
-        try:
-            result["summary"] = run_pending(linger=60)
-        finally:
-            connection.close()
-
     with _Statements() as statements:
-        thread = threading.Thread(target=drain)
-        thread.start()
+        thread = drain_in_thread(result, linger=60)
         try:
             wait_until(lambda: any("EXISTS" in sql for sql in statements.sql), "lingering")
             OrmQ.objects.create(key="worker", payload="a task", lock=timezone.now())

@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -63,6 +65,18 @@ def spawn_manage_py(*args: str, env: dict[str, str], **kwargs) -> subprocess.Pop
         text=True,
         **kwargs,
     )
+
+
+@contextmanager
+def killed_on_exit(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """The block's process, SIGKILLed and reaped when the block ends if it still runs (a
+    test that failed half-way must not leave its worker running)."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
 
 
 def stop_process_group(process: subprocess.Popen, timeout: float = 30) -> None:
