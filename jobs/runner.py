@@ -293,6 +293,15 @@ class SlowKinds:
         with self._lock:
             self._read = (time.monotonic(), hold, list(kinds))
 
+    def saw_slow(self, kind: str) -> None:
+        """A job of `kind` has just run longer than the hold (the keeper saw it): take the
+        kind as slow until the next read, so a process whose durations are not known yet
+        (a fresh database, a new kind) stops claiming behind it at once."""
+        with self._lock:
+            read_at, hold, kinds = self._read
+            if kind not in kinds:
+                self._read = (read_at, hold, [*kinds, kind])
+
     def forget(self) -> None:
         """Read again at the next claim."""
         with self._lock:
@@ -636,6 +645,7 @@ class _Keeper(threading.Thread):
                 return
             release = list(batch.unstarted)
             batch.unstarted.clear()
+            slow_kinds.saw_slow(running[0].kind)
             done = batch.take_done_locked()
             mark = None if batch.running_marked else running
             batch.running_marked = True

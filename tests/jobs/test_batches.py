@@ -153,3 +153,22 @@ def test_a_claim_ends_with_the_first_job_of_a_kind_that_runs_long(tmp_path, sett
     assert (summary.claimed, summary.released, summary.completed) == (6, 0, 6)
     assert set(Job.objects.values_list("status", "attempts")) == {(Job.Status.COMPLETED, 1)}
     assert not JobAttempt.objects.filter(outcome="released").exists()
+
+
+def test_a_kind_seen_running_long_ends_the_next_claims_before_its_durations_are_known(tmp_path):
+    """Issue 29, point 3, on a fresh database (no durations yet): the first claim takes the
+    whole queue and the keeper gives back what waits behind the long job; from then on this
+    process takes the kind as slow, so the second long job ends its claim and nothing is
+    given back again: 7 give-backs, not 10, and 15 claims, not 18."""
+    log = tmp_path / "runs.log"
+    enqueue("tests.log", {"log": str(log), "n": 1, "sleep": 1.0}, priority=9)
+    for n in range(3):
+        enqueue("tests.noop", {"n": n}, priority=8)
+    enqueue("tests.log", {"log": str(log), "n": 2, "sleep": 1.0}, priority=7)
+    for n in range(3):
+        enqueue("tests.noop", {"n": n}, priority=6)
+
+    summary = run_pending()
+
+    assert (summary.claimed, summary.released, summary.completed) == (15, 7, 8)
+    assert set(Job.objects.values_list("status", "attempts")) == {(Job.Status.COMPLETED, 1)}
