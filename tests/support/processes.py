@@ -67,18 +67,6 @@ def spawn_manage_py(*args: str, env: dict[str, str], **kwargs) -> subprocess.Pop
     )
 
 
-@contextmanager
-def killed_on_exit(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
-    """The block's process, SIGKILLed and reaped when the block ends if it still runs (a
-    test that failed half-way must not leave its worker running)."""
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=10)
-
-
 def stop_process_group(process: subprocess.Popen, timeout: float = 30) -> None:
     """Stop a process started with start_new_session=True and everything it forked.
 
@@ -137,3 +125,15 @@ def schedules_started_up() -> bool:
 
     due = Schedule.objects.filter(next_run__lte=timezone.now()).exists()
     return not due and not OrmQ.objects.exists()
+
+
+@contextmanager
+def killed_on_exit(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """The block's process, SIGKILLed and reaped when the block ends if it still runs (a
+    test that failed half-way must not leave its worker running)."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)
