@@ -110,7 +110,7 @@ def _ran_slowly(kind_payload: dict, times: int) -> None:
     """Run `times` jobs of tests.log that take 0.12 s: the kind's recent durations (kept by
     the statement triggers) then say it runs longer than JOBS_HOLD_UNSTARTED_SECONDS. The
     runner reads them again at its next claim (it keeps them for 30 s)."""
-    from jobs.runner import slow_kinds
+    from jobs.slow_kinds import slow_kinds
 
     for n in range(times):
         enqueue("tests.log", {**kind_payload, "n": 100 + n, "sleep": 0.12})
