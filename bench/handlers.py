@@ -3,6 +3,22 @@
 from jobs import handler
 
 
-@handler("bench.noop")
+@handler("bench.noop", idempotent=True)
 def noop(payload: dict) -> None:
     pass
+
+
+@handler("bench.quick")
+def quick(payload: dict) -> None:
+    """A 20 ms job (bench/claim_churn.py's mixed workload)."""
+    import time
+
+    time.sleep(0.02)
+
+
+@handler("bench.slow")
+def slow(payload: dict) -> None:
+    """A 200 ms job: longer than JOBS_HOLD_UNSTARTED_SECONDS (bench/claim_churn.py)."""
+    import time
+
+    time.sleep(0.2)

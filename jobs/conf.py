@@ -30,10 +30,13 @@ class Config:
     claim_batch_size: int  # rows per claim statement
     hold_unstarted_seconds: float  # a running job's longest wait before the rest go back
     claim_max_bytes: int  # stored payload bytes per claim statement (at least one row)
+    batch_idempotent_completions: bool  # idempotent kinds' completions batched, unflushed
     retention_days: float  # completed rows older than this are pruned
     extra_handler_modules: tuple[str, ...]  # imported besides every <app>.handlers
     drain_seconds: float  # how long one woken/scheduled drain may claim new batches
     poll_seconds: float  # run_jobs' sleep when the queue is empty
+    linger_seconds: float  # a qcluster drain waits this long for a job before it returns
+    linger_poll_seconds: float  # and asks this often whether one is due
     cluster_workers: int  # Q_CLUSTER["workers"]: bounds the wake tasks a drain may add
     listener_ping_seconds: float  # the wake-up listener pings this often, waits this long
     listen_database_url: str  # direct connection for LISTEN ("" = the default database's)
@@ -52,6 +55,13 @@ def _count(name: str, default: int) -> int:
     value = getattr(settings, name, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ImproperlyConfigured(f"{name}={value!r} must be a whole number >= 1")
+    return value
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = getattr(settings, name, default)
+    if not isinstance(value, bool):
+        raise ImproperlyConfigured(f"{name}={value!r} must be True or False")
     return value
 
 
@@ -81,10 +91,13 @@ def get_config() -> Config:
         claim_batch_size=_count("JOBS_CLAIM_BATCH_SIZE", 20),
         hold_unstarted_seconds=_number("JOBS_HOLD_UNSTARTED_SECONDS", 0.05, positive=True),
         claim_max_bytes=_count("JOBS_CLAIM_MAX_BYTES", 4 * 1024 * 1024),
+        batch_idempotent_completions=_flag("JOBS_BATCH_IDEMPOTENT_COMPLETIONS", True),
         retention_days=_number("JOBS_RETENTION_DAYS", 14),
         extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
+        linger_seconds=_number("JOBS_LINGER_SECONDS", 2.0),
+        linger_poll_seconds=_number("JOBS_LINGER_POLL_SECONDS", 0.05, positive=True),
         cluster_workers=_cluster_workers(),
         listener_ping_seconds=_number("JOBS_LISTENER_PING_SECONDS", 15, positive=True),
         listen_database_url=_url("LISTEN_DATABASE_URL"),

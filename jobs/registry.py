@@ -27,11 +27,14 @@ HandlerFn = Callable[[dict[str, Any]], Any]
 
 _handlers: dict[str, HandlerFn] = {}
 _outside_transaction: set[str] = set()  # kinds whose handler manages its own transactions
+_idempotent: set[str] = set()  # kinds whose handler may run twice with no harm (issue 29)
 _discovered = False
 _lock = threading.Lock()
 
 
-def handler(kind: str, *, atomic: bool = True) -> Callable[[HandlerFn], HandlerFn]:
+def handler(
+    kind: str, *, atomic: bool = True, idempotent: bool = False
+) -> Callable[[HandlerFn], HandlerFn]:
     """Register the decorated `fn(payload: dict)` as the handler of `kind` jobs.
 
     With `atomic=False` the runner calls the handler outside any transaction and completes
@@ -39,6 +42,13 @@ def handler(kind: str, *, atomic: bool = True) -> Callable[[HandlerFn], HandlerF
     database (a Slack post) that must follow claim -> commit -> effect -> record: inside the
     job's transaction a database error after the effect would roll the claim back and the
     retry would repeat the effect. Such a handler must be idempotent per attempt.
+
+    `idempotent=True` says that running the handler twice for one job is harmless (a no-op,
+    a cache refresh, a write keyed so that a second one changes nothing). Only such kinds
+    may have their completion sent with the next batch's statement and committed without
+    the WAL flush (issue 29): a worker or database crash can then re-run a few of them.
+    Every other kind's completion is committed durably before the next job starts, so a
+    crash re-runs at most the job that was running (invariant I21).
 
     Registering the same function twice (a module imported again) is allowed; registering a
     different function for a kind that already has one is a configuration error, because
@@ -59,6 +69,10 @@ def handler(kind: str, *, atomic: bool = True) -> Callable[[HandlerFn], HandlerF
             _outside_transaction.discard(kind)
         else:
             _outside_transaction.add(kind)
+        if idempotent:
+            _idempotent.add(kind)
+        else:
+            _idempotent.discard(kind)
         return fn
 
     return register
@@ -78,6 +92,12 @@ def get_handler(kind: str) -> HandlerFn:
 def runs_in_transaction(kind: str) -> bool:
     """Whether the runner wraps `kind`'s handler and the job's completion in one transaction."""
     return kind not in _outside_transaction
+
+
+def is_idempotent(kind: str) -> bool:
+    """Whether `kind`'s handler was declared safe to run twice (`idempotent=True`): only
+    then may its completion wait for the next batch statement and skip the WAL flush."""
+    return kind in _idempotent
 
 
 def registered_kinds() -> list[str]:

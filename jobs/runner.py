@@ -17,11 +17,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TypeVar
 
 from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
 from psycopg.pq import TransactionStatus
 
-from jobs import registry, services
+from jobs import registry, selectors, services
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost
+from jobs.slow_kinds import slow_kinds
 from processes.beacon import doing
 from project.reconnect import Reconnect, connection_lost, discard_broken_connection, sleep_until
 from project.redaction import redact_emails
@@ -70,6 +72,7 @@ def run_pending(
     max_seconds: float | None = None,
     stop: threading.Event | None = None,
     wake_others: Callable[[], object] | None = None,
+    linger: float = 0.0,
 ) -> RunSummary:
     """Drain due jobs in this process until none is due, `limit` jobs ran, or `max_seconds`
     passed (checked before each job: a job is never started after it); return what
@@ -83,6 +86,12 @@ def run_pending(
     idle worker), so quick jobs never wait long behind a slow one (point 4). When a claim
     sees more due jobs than it took, `wake_others` is called (once per drain; the qcluster
     task sends a wake task, so an idle worker starts them).
+
+    With `linger` (seconds; the qcluster task passes JOBS_LINGER_SECONDS) a drain that
+    finds nothing due waits that long for a job before it returns, asking every
+    JOBS_LINGER_POLL_SECONDS whether one is due (one read of the claim index, no write): a
+    job enqueued meanwhile starts within that poll, not after a wake task has gone through
+    django-q2's broker (issue 29, point 5).
 
     Call it outside any transaction (its claims must commit before handlers run).
     """
@@ -121,37 +130,51 @@ def run_pending(
 
     try:
         while True:
-            if not may_start():
-                break
-            running = batch.start_next()
-            if running is not None:
-                job, job_started = running
-                ran = _run_one(job, job_started, summary, reconnect, stop=stop, deadline=deadline)
-                batch.finished(ran, job_started)
-                continue
-            # Nothing claimed left: send the completions, claim the next batch (after the
-            # keeper's hand-back in flight, if any: its rows are locked until it commits).
+            # A completion that must be durable is sent even when the drain stops here.
+            if not batch.must_send():
+                if not may_start():
+                    break
+                running = batch.start_next()
+                if running is not None:
+                    job, job_started = running
+                    ran = _run_one(
+                        job, job_started, summary, reconnect, stop=stop, deadline=deadline
+                    )
+                    batch.finished(ran, job_started)
+                    continue
+            # Send the completions: before the next job starts if one of them is not
+            # idempotent (committed with the flush, I21), else with the next claim. Claim the
+            # next batch only when none is left (after the keeper's hand-back in flight, if
+            # any: its rows are locked until it commits).
             with batch.handing_back:
-                claim, done = claim_size(), batch.take_done()
+                done = batch.take_done()
+                claim = 0 if batch.has_unstarted() else claim_size()
             if not claim and not done:
+                if batch.has_unstarted():
+                    continue
                 break
-            want_more = wake_others is not None and not woke_others
-            step = _reconnecting(
-                lambda done=done, claim=claim, want_more=want_more: services.job_runner_step(
-                    worker=summary.worker,
-                    done=_ago(done),
-                    claim=claim,
-                    want_more=want_more,
-                ),
+            want_more = claim > 0 and wake_others is not None and not woke_others
+            step, resent = _send_step(
+                summary.worker,
                 reconnect,
                 stop=stop,
                 deadline=deadline,
+                done=done,
+                claim=claim,
+                want_more=want_more,
             )
             if step is None:  # the connection stayed lost: completions unknown, reaper decides
                 summary.lost += len(done)
                 break
-            _count_completions(done, step.completed, summary)
+            # A step sent again after a lost answer may find its completions already made
+            # by the first one; the claims of a lost answer are not in `batch`, so nothing
+            # renews their lease and the reaper gives them back (issue 29, point 2).
+            _count_completions(done, step.completed, summary, batch.unsure, resent=resent)
+            if not claim:
+                continue
             if not step.claimed:
+                if _due_within(linger, config.linger_poll_seconds, stop=stop, deadline=deadline):
+                    continue
                 break
             batch.add(step.claimed)
             summary.claimed += len(step.claimed)
@@ -173,6 +196,74 @@ def run_pending(
     return summary
 
 
+def _due_within(
+    linger: float, poll: float, *, stop: threading.Event | None, deadline: float | None
+) -> bool:
+    """Wait up to `linger` seconds (never past `deadline` or `stop`) for a due job, asking
+    every `poll` seconds; True when one is due. The wait ends early, False, when nothing
+    is due and a django-q2 task waits for a worker (a schedule's, or a wake-up): a
+    lingering drain must not keep the cluster's other work waiting."""
+    until = time.monotonic() + linger
+    if deadline is not None:
+        until = min(until, deadline)
+    while True:
+        wait = min(poll, until - time.monotonic())
+        if wait <= 0:
+            return False
+        if stop is not None:
+            if stop.wait(wait):
+                return False
+        else:
+            time.sleep(wait)
+        due, task_waiting = selectors.job_due_or_task_waiting(now=timezone.now())
+        if due:
+            return True
+        if task_waiting:
+            return False
+
+
+def _must_flush(done: list[tuple[services.ClaimedJob, float]]) -> bool:
+    """Whether these completions must be committed with the WAL flush before the next job
+    starts: unless every kind is declared idempotent (and JOBS_BATCH_IDEMPOTENT_COMPLETIONS
+    is on), a completion lost in a crash would run its job again."""
+    if not done:
+        return False
+    if not get_config().batch_idempotent_completions:
+        return True
+    return any(not registry.is_idempotent(job.kind) for job, _started in done)
+
+
+def _send_step(
+    worker: str,
+    reconnect: Reconnect,
+    *,
+    stop: threading.Event | None,
+    deadline: float | None,
+    done: list[tuple[services.ClaimedJob, float]],
+    claim: int,
+    want_more: bool,
+) -> tuple[services.Step | None, bool]:
+    """The drain's statement (completions, then a claim), sent again after a lost
+    connection; returns the step (None if the connection stayed lost) and whether it was
+    sent more than once (an earlier try may have committed with its answer lost)."""
+    tries = 0
+
+    def send() -> services.Step:
+        nonlocal tries
+        tries += 1
+        return services.job_runner_step(
+            worker=worker,
+            done=_ago(done),
+            claim=claim,
+            want_more=want_more,
+            durable=_must_flush(done),
+            slow_kinds=slow_kinds.get(get_config().hold_unstarted_seconds) if claim else (),
+        )
+
+    step = _reconnecting(send, reconnect, stop=stop, deadline=deadline)
+    return step, tries > 1
+
+
 def _ago(done: list[tuple[services.ClaimedJob, float]]) -> list[tuple[int, float]]:
     """(id, seconds since its handler started) for the statement: a duration, so the stamp
     it writes is on the database's clock."""
@@ -190,9 +281,10 @@ def _settle(batch: _Batch, summary: RunSummary) -> None:
                 worker=summary.worker,
                 done=_ago(done),
                 release=[job.id for job in unstarted],
-                durable=bool(unstarted),
+                durable=bool(unstarted) or _must_flush(done),
             )
         except DatabaseError:  # do not mask the error that stopped us
+            discard_broken_connection()
             summary.lost += len(done)
             logger.exception(
                 "could not record %s completed jobs or give back %s unstarted ones; the "
@@ -202,24 +294,40 @@ def _settle(batch: _Batch, summary: RunSummary) -> None:
                 extra={"action": "jobs_release_failed"},
             )
         else:
-            _count_completions(done, step.completed, summary)
+            _count_completions(done, step.completed, summary, batch.unsure)
             batch.released += step.released
     for job, completed in batch.settled:
-        _count_completion(job, completed, summary)
+        _count_completion(job, completed, summary, unsure=job.id in batch.unsure)
     summary.released = batch.released
 
 
 def _count_completions(
-    done: list[tuple[services.ClaimedJob, float]], completed: frozenset[int], summary: RunSummary
+    done: list[tuple[services.ClaimedJob, float]],
+    completed: frozenset[int],
+    summary: RunSummary,
+    unsure: set[int],
+    *,
+    resent: bool = False,
 ) -> None:
-    """Count the completions one statement sent: `completed` holds the ids it completed."""
+    """Count the completions one statement sent: `completed` holds the ids it completed.
+    `resent`: the statement was sent again after a lost answer; `unsure`, the ids sent in an
+    earlier statement whose answer was lost (see _count_completion)."""
     for job, _started in done:
-        _count_completion(job, job.id in completed, summary)
+        _count_completion(job, job.id in completed, summary, unsure=resent or job.id in unsure)
 
 
-def _count_completion(job: services.ClaimedJob, completed: bool, summary: RunSummary) -> None:
-    """Count a completion sent after the handler returned; a row no longer ours was reaped."""
-    if completed:
+def _count_completion(
+    job: services.ClaimedJob, completed: bool, summary: RunSummary, *, unsure: bool = False
+) -> None:
+    """Count a completion sent after the handler returned; a row no longer ours was reaped.
+    A completion sent again after a lost answer finds nothing to do when the lost one had
+    committed: the attempt history says whether this run completed it."""
+    if completed or (
+        unsure
+        and selectors.job_attempt_completed_by(
+            job_id=job.id, number=job.attempts, worker=summary.worker
+        )
+    ):
         summary.completed += 1
         return
     summary.lost += 1
@@ -366,6 +474,8 @@ class _Batch:
         self.done: list[tuple[services.ClaimedJob, float]] = []
         self.released = 0  # given back unstarted (by the keeper or at the end)
         self.settled: list[tuple[services.ClaimedJob, bool]] = []  # completions the keeper sent
+        self.unsure: set[int] = set()  # completions sent in a statement whose answer was lost
+        self.flush_pending = False  # a completion in `done` must be flushed before a start
 
     def add(self, jobs: list[services.ClaimedJob]) -> None:
         with self.lock:
@@ -384,11 +494,44 @@ class _Batch:
             self.running = None
             if ran is not None:
                 self.done.append((ran, job_started))
+                self.flush_pending = self.flush_pending or _must_flush([(ran, job_started)])
+
+    def must_send(self) -> bool:
+        """Whether a completion waiting here must be committed before the next job starts:
+        a kind not declared idempotent (I21; registry.handler). Kept as a flag: asking the
+        registry for each waiting job before every start cost a quarter of the loop's CPU."""
+        with self.lock:
+            return self.flush_pending
+
+    def take_done_locked(self) -> list[tuple[services.ClaimedJob, float]]:
+        """`take_done` for a caller that holds `lock`."""
+        done, self.done = self.done, []
+        self.flush_pending = False
+        return done
+
+    def put_back_done_locked(self, done: list[tuple[services.ClaimedJob, float]]) -> None:
+        """Completions whose statement failed go out with the next one (`lock` held)."""
+        self.done.extend(done)
+        self.flush_pending = _must_flush(self.done)
+
+    def has_unstarted(self) -> bool:
+        with self.lock:
+            return bool(self.unstarted)
+
+    def held_ids(self) -> list[int]:
+        """The rows this drain knows it holds: the keeper renews these leases only. A row
+        claimed by a statement whose answer was lost, or given back by one, is not here:
+        its lease runs out and the reaper decides (issue 29, point 2)."""
+        with self.lock:
+            ids = [job.id for job in self.unstarted]
+            ids.extend(job.id for job, _started in self.done)
+            if self.running is not None:
+                ids.append(self.running[0].id)
+            return ids
 
     def take_done(self) -> list[tuple[services.ClaimedJob, float]]:
         with self.lock:
-            done, self.done = self.done, []
-            return done
+            return self.take_done_locked()
 
     def take_unstarted(self) -> list[services.ClaimedJob]:
         with self.lock:
@@ -433,7 +576,7 @@ class _Keeper(threading.Thread):
             while not self._stopped.wait(min(hold / 2, max(0.0, next_beat - time.monotonic()))):
                 if time.monotonic() >= next_beat:
                     try:
-                        services.job_heartbeat(worker=self.worker)
+                        services.job_heartbeat(worker=self.worker, job_ids=self.batch.held_ids())
                     except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: reconnect, beat again soon
                         next_beat = time.monotonic() + reconnect.failed(exc)
                         continue
@@ -455,7 +598,8 @@ class _Keeper(threading.Thread):
                 return
             release = list(batch.unstarted)
             batch.unstarted.clear()
-            done, batch.done = batch.done, []
+            slow_kinds.saw_slow(running[0].kind)
+            done = batch.take_done_locked()
             mark = None if batch.running_marked else running
             batch.running_marked = True
         try:
@@ -480,21 +624,32 @@ class _Keeper(threading.Thread):
                         running[0].kind,
                         extra={"action": "jobs_given_back", "job_id": running[0].id},
                     )
-                release, done = [], []  # settled: nothing to put back below
+                release, done = [], []  # settled: nothing to keep below
             if mark is not None:
                 services.job_runner_step(
                     worker=self.worker, mark=(mark[0].id, time.monotonic() - mark[1])
                 )
-        except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: keep them, try next tick
+        except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: keep what is safe, try next tick
             discard_broken_connection()
             with batch.lock:
-                batch.unstarted.extendleft(reversed(release))
-                batch.done.extend(done)
+                # The statement may have committed with its answer lost: the jobs it gave
+                # back may be queued again (another worker's, or this drain's next claim),
+                # so they are never started from here; if it did not commit they are still
+                # this run's, unrenewed, and the reaper re-queues them after their lease. The
+                # completions are sent again (guarded: a second one changes nothing).
+                batch.put_back_done_locked(done)
+                batch.unsure.update(job.id for job, _s in done)
                 if batch.running is running:
                     batch.running_marked = False
             logger.warning(
-                "could not give back the unstarted jobs behind job #%s (%s); trying again",
+                "could not give back %s unstarted jobs behind job #%s (%s); they are left "
+                "to their lease and the reaper",
+                len(release),
                 running[0].id,
                 exc,
-                extra={"action": "jobs_give_back_failed", "job_id": running[0].id},
+                extra={
+                    "action": "jobs_give_back_failed",
+                    "job_id": running[0].id,
+                    "jobs": len(release),
+                },
             )

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Subquery, Sum, When
 
-from jobs.models import Job, JobCount, JobCountDelta
+from jobs.models import Job, JobAttempt, JobCount, JobCountDelta
 from project.pg_time import DateBin
 
 
@@ -88,3 +89,35 @@ def jobs_finished_per_bucket(*, since: datetime, step: timedelta) -> dict[str, d
     for row in rows:
         series[row["status"]][row["bucket"]] = row["n"]
     return series
+
+
+def job_attempt_completed_by(*, job_id: int, number: int, worker: str) -> bool:
+    """Whether attempt `number` of job `job_id`, run by `worker`, ended completed: how the
+    runner tells, after a completion's answer was lost and the resent completion found the
+    row no longer processing, that its first completion had committed (issue 29)."""
+    return JobAttempt.objects.filter(
+        job_id=job_id, number=number, worker=worker[:200], outcome=JobAttempt.Outcome.COMPLETED
+    ).exists()
+
+
+# One round trip for a lingering drain: is a job due (the partial claim index, like the
+# wake-up listener's own check in jobs/wakeup.py), and is a django-q2 task waiting in the
+# ORM broker for a worker (a row whose lock has passed: queued, or its retry is due).
+_LINGER_SQL = """
+SELECT EXISTS (
+    SELECT 1 FROM jobs_job
+    WHERE status = 'queued' AND run_after <= clock_timestamp() AND attempts < max_attempts
+      AND kind NOT IN (SELECT kind FROM jobs_pausedkind)
+), EXISTS (SELECT 1 FROM django_q_ormq WHERE lock <= %s)
+"""
+
+
+def job_due_or_task_waiting(*, now: datetime) -> tuple[bool, bool]:
+    """Whether a job is due now (on the database's clock), and whether a django-q2 task
+    waits in the broker for a worker (by `now`, this host's clock, as django-q2's broker
+    itself decides): what a lingering drain asks every JOBS_LINGER_POLL_SECONDS. One read
+    of two indexes, no write and no trigger."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LINGER_SQL, [now])
+        due, waiting = cursor.fetchone()
+    return bool(due), bool(waiting)

@@ -121,6 +121,7 @@ def job_runner_step(
     claim: int = 0,
     want_more: bool = False,
     durable: bool = False,
+    slow_kinds: Sequence[str] = (),
 ) -> Step:
     """The runner's one statement (migration jobs/0010, `jobs_runner_step`): complete the
     jobs in `done` (id, seconds since its handler started), mark `mark` (id, seconds since
@@ -133,7 +134,10 @@ def job_runner_step(
     seconds ago, so the stamp is on the database's clock) when it marks or completes it.
     Claims are handed out in a batch, but the runner starts them at once, one after
     another, and gives back what it has not started when a job runs longer than
-    JOBS_HOLD_UNSTARTED_SECONDS (point 4; jobs/runner.py).
+    JOBS_HOLD_UNSTARTED_SECONDS (point 4; jobs/runner.py). The claim ends with the first
+    job whose kind is in `slow_kinds` (kinds that recently ran longer than that): nothing is
+    claimed that would wait behind it, to be given back and claimed again (issue 29, point
+    3; migration jobs/0013, `jobs_runner_step_v2`).
 
     Runs in the caller's transaction: in autocommit mode (the runner) it commits alone;
     inside a transaction the caller's commit decides. `want_more` asks whether another due
@@ -144,11 +148,11 @@ def job_runner_step(
     then lose its last fraction of a second (PostgreSQL keeps it consistent: as if it had
     crashed that much earlier): a lost completion leaves the job `processing` until the
     reaper re-queues it, a lost claim leaves it queued with the attempt undone; either way
-    it runs again, as after a worker crash at that moment. Nothing else is lost with it:
-    the jobs it completes wrote nothing in their handlers' transactions, and whatever a
-    handler commits itself (synchronously) flushes the claim before it. `durable` keeps the
-    flush: the keeper's hand-back must not be lost while its worker goes on as if it were
-    done (the rows would stay held by this run, their lease renewed, none of them run).
+    it runs again, as after a worker crash at that moment. So the runner asks for that
+    only when every completion in the statement is of a kind declared idempotent (issue
+    29); `durable` keeps the flush: for every other completion (a crash must not re-run a
+    job whose completion the worker saw), and for the keeper's hand-back, which must not be
+    lost while its worker goes on as if it were done.
     """
     config = get_config()
     with connection.cursor() as cursor:
@@ -165,6 +169,7 @@ def job_runner_step(
                 config.claim_max_bytes,
                 float(config.lease_seconds),
                 want_more,
+                list(slow_kinds),
                 # its own transaction: commit without the flush
                 connection.get_autocommit() and not durable,
             ],
@@ -244,12 +249,12 @@ RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run
 """
 
 
-# The runner's one statement: the function of migration jobs/0010 (its plan is kept by the
+# The runner's one statement: the function of migration jobs/0013 (its plan is kept by the
 # server session; the statement is there, with why each part is as it is). Nothing is kept
 # in the client's session, so it works behind PgBouncer in transaction pooling.
 _RUNNER_STEP_SQL = (
-    "SELECT * FROM jobs_runner_step(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
-    "%s, %s, %s, %s, %s)"
+    "SELECT * FROM jobs_runner_step_v2(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
+    "%s, %s, %s, %s, %s::text[], %s)"
 )
 
 
@@ -336,9 +341,17 @@ def job_release(*, worker: str, job_ids: list[int]) -> int:
     return job_runner_step(worker=worker, release=job_ids, durable=True).released
 
 
-def job_heartbeat(*, worker: str) -> int:
-    """Renew the lease of every row `worker` holds, on the database's clock; return how many."""
-    return Job.objects.filter(locked_by=worker, status=Status.PROCESSING).update(
+def job_heartbeat(*, worker: str, job_ids: Sequence[int] | None = None) -> int:
+    """Renew the lease of every row `worker` holds (or only of `job_ids` among them), on the
+    database's clock; return how many.
+
+    The runner names the rows it knows it holds: a row claimed by a statement whose answer
+    was lost is `worker`'s too, but the runner will never start it, so its lease must run
+    out for the reaper to give it back (issue 29, point 2)."""
+    rows = Job.objects.filter(locked_by=worker, status=Status.PROCESSING)
+    if job_ids is not None:
+        rows = rows.filter(pk__in=list(job_ids))
+    return rows.update(
         heartbeat_at=Now(), lease_expires_at=_db_now_plus(get_config().lease_seconds)
     )
 

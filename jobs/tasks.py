@@ -14,11 +14,14 @@ def run_due_jobs() -> dict:
     job, so it ends well inside the django-q2 task timeout (overrunning by at most the job
     running); unstarted claims are released, and the next wake-up or minute picks them up.
     A drain that sees more due jobs than it is starting asks for one more wake task, so an
-    idle worker starts them (never more than workers + 1 outstanding)."""
+    idle worker starts them (never more than workers + 1 outstanding). Out of jobs, it
+    lingers JOBS_LINGER_SECONDS for the next one (a read every JOBS_LINGER_POLL_SECONDS),
+    so a job enqueued meanwhile starts within that poll (issue 29, point 5)."""
     config = get_config()
     summary = run_pending(
         max_seconds=config.drain_seconds,
         wake_others=lambda: request_wake(workers=config.cluster_workers),
+        linger=config.linger_seconds,
     )
     result = summary.as_dict()
     result.pop("errors")  # logged already; the django-q2 result row stays small

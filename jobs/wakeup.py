@@ -126,14 +126,19 @@ class WakeListener:
     after each reconnect it wakes for what it may have missed.
     """
 
-    def __init__(self, *, workers: int, coalesce_seconds: float = 0.05) -> None:
+    def __init__(self, *, workers: int, coalesce_seconds: float | None = None) -> None:
         self.workers = workers
         # Ping (look-ahead) interval, and how long a ping may wait for its answer: a peer
         # that vanished silently (NAT or load-balancer idle timeout, failover) is noticed
         # within twice this, and the connection replaced.
         self.ping_seconds = get_config().listener_ping_seconds
         # After a notification, notifications arriving this soon after are read in the same
-        # round: one check for a burst instead of one per insert.
+        # round: one check for a burst instead of one per insert. With lingering drains
+        # (JOBS_LINGER_SECONDS), two of their polls: a job a lingering drain takes within
+        # its poll needs no wake task, and a wake task would end that drain's linger.
+        if coalesce_seconds is None:
+            config = get_config()
+            coalesce_seconds = 2 * config.linger_poll_seconds if config.linger_seconds else 0.05
         self.coalesce_seconds = coalesce_seconds
         self.connection: psycopg.Connection | None = None
         self.connects = 0

@@ -276,6 +276,14 @@ JOBS_EXTRA_HANDLER_MODULES = env_list("JOBS_EXTRA_HANDLER_MODULES", [])  # besid
 JOBS_DRAIN_SECONDS = env_float(  # seconds one scheduled/woken drain may claim new batches
     "JOBS_DRAIN_SECONDS", min(60.0, Q_TIMEOUT / 2), minimum=1
 )
+# Issue 29: completions of kinds declared idempotent wait for the next batch statement and
+# commit without the WAL flush; off: every completion is flushed before the next job starts.
+JOBS_BATCH_IDEMPOTENT_COMPLETIONS = env_bool("JOBS_BATCH_IDEMPOTENT_COMPLETIONS", True)
+# Issue 29, point 5: a qcluster drain that runs out of jobs waits this long for the next one,
+# asking every JOBS_LINGER_POLL_SECONDS (one read of the claim index): enqueue->start within
+# that poll instead of a trip through django-q2's broker (Q_POLL). 0: return at once.
+JOBS_LINGER_SECONDS = env_float("JOBS_LINGER_SECONDS", 2.0, minimum=0)  # seconds
+JOBS_LINGER_POLL_SECONDS = env_float("JOBS_LINGER_POLL_SECONDS", 0.05, minimum=0.01)  # seconds
 JOBS_POLL_SECONDS = env_float("JOBS_POLL_SECONDS", 1.0, minimum=0.05)  # run_jobs idle sleep
 # --- inbound email ------------------------------------------------------------------------------
 # Where SES drops inbound mail: "s3://bucket/prefix" (AWS credentials, region and

@@ -11,3 +11,15 @@ def worker_env(subprocess_env):
     env = dict(subprocess_env)
     env["JOBS_EXTRA_HANDLER_MODULES"] = "tests.jobs.handlers"
     return env
+
+
+@pytest.fixture(autouse=True)
+def no_kind_known_slow():
+    """Each test's database starts with no job durations: this process's cached slow kinds
+    (jobs.slow_kinds, issue 29) must not carry another test's over."""
+    from jobs.conf import get_config
+    from jobs.slow_kinds import slow_kinds
+
+    slow_kinds.known([], hold=get_config().hold_unstarted_seconds)
+    yield
+    slow_kinds.forget()

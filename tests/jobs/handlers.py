@@ -23,7 +23,7 @@ def _append(path: str, line: str) -> None:
         os.close(fd)
 
 
-@handler("tests.noop")
+@handler("tests.noop", idempotent=True)
 def noop(payload: dict) -> None:
     pass
 

@@ -107,3 +107,71 @@ def test_a_drain_of_many_batches_keeps_every_count_rate_and_period(settings):
     attempts = JobAttempt.objects.values_list("outcome", flat=True)
     assert sorted(set(attempts)) == ["completed", "failed"] and len(attempts) == 34
     assert not JobAttempt.objects.filter(started_at__isnull=True).exists()
+
+
+def _ran_slowly(kind_payload: dict, times: int) -> None:
+    """Run `times` jobs of tests.log that take 0.12 s: the kind's recent durations (kept by
+    the statement triggers) then say it runs longer than JOBS_HOLD_UNSTARTED_SECONDS. The
+    runner reads them again at its next claim (it keeps them for 30 s)."""
+    from jobs.slow_kinds import slow_kinds
+
+    for n in range(times):
+        enqueue("tests.log", {**kind_payload, "n": 100 + n, "sleep": 0.12})
+    assert run_pending().completed == times
+    slow_kinds.forget()
+
+
+def test_the_kinds_that_recently_ran_long_are_read_from_their_durations(tmp_path, settings):
+    """Issue 29, point 3: what the database already knows about each kind's durations."""
+    from ops.selectors import job_kinds_slower_than
+
+    settings.JOBS_HOLD_UNSTARTED_SECONDS = 600  # nothing given back while we warm up
+    _ran_slowly({"log": str(tmp_path / "warm.log")}, 2)
+    for n in range(3):
+        enqueue("tests.noop", {"n": n})
+    assert run_pending().completed == 3
+
+    assert job_kinds_slower_than(seconds=0.05) == ["tests.log"]
+    assert job_kinds_slower_than(seconds=0.25) == []
+
+
+def test_a_claim_ends_with_the_first_job_of_a_kind_that_runs_long(tmp_path, settings):
+    """Issue 29, point 3: fetch what you will start. A kind that recently ran longer than
+    JOBS_HOLD_UNSTARTED_SECONDS ends the batch it is claimed in, so nothing waits behind it
+    to be given back and claimed again: each of these 6 jobs is claimed once, none given
+    back (on main: the 3 quick jobs behind the long one were claimed, given back after
+    0.05 s and claimed again, 9 claims)."""
+    settings.JOBS_HOLD_UNSTARTED_SECONDS = 600
+    _ran_slowly({"log": str(tmp_path / "warm.log")}, 2)
+    settings.JOBS_HOLD_UNSTARTED_SECONDS = 0.05
+    log = tmp_path / "runs.log"
+    for n in range(2):
+        enqueue("tests.noop", {"n": n}, priority=9)
+    enqueue("tests.log", {"log": str(log), "n": 0, "sleep": 0.3}, priority=5)
+    for n in range(3):
+        enqueue("tests.noop", {"n": n})
+
+    summary = run_pending()
+
+    assert (summary.claimed, summary.released, summary.completed) == (6, 0, 6)
+    assert set(Job.objects.values_list("status", "attempts")) == {(Job.Status.COMPLETED, 1)}
+    assert not JobAttempt.objects.filter(outcome="released").exists()
+
+
+def test_a_kind_seen_running_long_ends_the_next_claims_before_its_durations_are_known(tmp_path):
+    """Issue 29, point 3, on a fresh database (no durations yet): the first claim takes the
+    whole queue and the keeper gives back what waits behind the long job; from then on this
+    process takes the kind as slow, so the second long job ends its claim and nothing is
+    given back again: 7 give-backs, not 10, and 15 claims, not 18."""
+    log = tmp_path / "runs.log"
+    enqueue("tests.log", {"log": str(log), "n": 1, "sleep": 1.0}, priority=9)
+    for n in range(3):
+        enqueue("tests.noop", {"n": n}, priority=8)
+    enqueue("tests.log", {"log": str(log), "n": 2, "sleep": 1.0}, priority=7)
+    for n in range(3):
+        enqueue("tests.noop", {"n": n}, priority=6)
+
+    summary = run_pending()
+
+    assert (summary.claimed, summary.released, summary.completed) == (15, 7, 8)
+    assert set(Job.objects.values_list("status", "attempts")) == {(Job.Status.COMPLETED, 1)}

@@ -27,6 +27,11 @@ def test_default_settings_are_valid():
         ("JOBS_EXTRA_HANDLER_MODULES", "app.handlers", "JOBS_EXTRA_HANDLER_MODULES='app.handlers'"),
         ("JOBS_DRAIN_SECONDS", None, "JOBS_DRAIN_SECONDS=None must be a number"),
         ("JOBS_POLL_SECONDS", 0, "JOBS_POLL_SECONDS=0 must be > 0"),
+        (
+            "JOBS_BATCH_IDEMPOTENT_COMPLETIONS",
+            "yes",
+            "JOBS_BATCH_IDEMPOTENT_COMPLETIONS='yes' must be True or False",
+        ),
     ],
 )
 def test_a_malformed_setting_names_the_variable(settings, name, value, message):

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.utils import timezone
 
 from jobs import enqueue, handler, run_pending
 from jobs.exceptions import LeaseLost
@@ -204,3 +206,50 @@ def test_the_runner_rolls_back_an_attempt_whose_row_was_reclaimed_and_the_second
     job_complete(job=second, worker=SECOND_WORKER)
     job.refresh_from_db()
     assert job.status == Status.COMPLETED and job.completed_at is not None
+
+
+def _reclaimed_by_another_worker(job_pk: int) -> None:
+    """Worker `a` claims the job, its lease runs out, the reaper re-queues it and worker `b`
+    claims it: the row is `processing`, `b`'s, at its second attempt."""
+    from jobs.services import job_runner_step
+
+    assert [c.id for c in job_runner_step(worker="a", claim=1).claimed] == [job_pk]
+    Job.objects.filter(pk=job_pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert [j.id for j in jobs_reap_stale()] == [job_pk]
+    Job.objects.filter(pk=job_pk).update(run_after=timezone.now())  # skip the backoff
+    assert [c.id for c in job_runner_step(worker="b", claim=1).claimed] == [job_pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_completion_sent_for_a_job_another_worker_now_holds_changes_nothing():
+    """Survivor 1 of issue 29: `jobs_runner_step` without `locked_by = p_worker` in its
+    completions passed every test. A worker whose row was reaped and claimed by another
+    worker sends its late completion: the other worker's attempt must stay running."""
+    from jobs.services import job_runner_step
+
+    job = enqueue("tests.noop")
+    _reclaimed_by_another_worker(job.pk)
+
+    step = job_runner_step(worker="a", done=[(job.pk, 0.01)])
+
+    assert step.completed == frozenset()
+    job.refresh_from_db()
+    assert (job.status, job.locked_by, job.attempts) == (Job.Status.PROCESSING, "b", 2)
+    assert job.completed_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_give_back_sent_for_a_job_another_worker_now_holds_changes_nothing():
+    """Survivor 2 of issue 29: the same guard dropped from the give-back. The late give-back
+    must not put the other worker's running job back in the queue (it would run twice) nor
+    undo its attempt."""
+    from jobs.services import job_runner_step
+
+    job = enqueue("tests.noop")
+    _reclaimed_by_another_worker(job.pk)
+
+    step = job_runner_step(worker="a", release=[job.pk])
+
+    assert step.released == 0
+    job.refresh_from_db()
+    assert (job.status, job.locked_by, job.attempts) == (Job.Status.PROCESSING, "b", 2)

@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -135,3 +137,15 @@ def schedules_started_up() -> bool:
 
     due = Schedule.objects.filter(next_run__lte=timezone.now()).exists()
     return not due and not OrmQ.objects.exists()
+
+
+@contextmanager
+def killed_on_exit(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
+    """The block's process, SIGKILLed and reaped when the block ends if it still runs (a
+    test that failed half-way must not leave its worker running)."""
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(timeout=10)

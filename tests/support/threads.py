@@ -72,14 +72,15 @@ class Background:
         return self._outcome[0]
 
 
-def drain_in_thread(result: dict) -> threading.Thread:
-    """Start `run_pending()` in a thread, as a worker process's drain runs beside the test;
-    its summary lands in `result["summary"]`, and the thread closes its own connection."""
-    from jobs import run_pending
+def drain_in_thread(result: dict, **options: object) -> threading.Thread:
+    """Start `run_pending(**options)` in a thread, as a worker process's drain runs beside
+    the test; its summary lands in `result["summary"]`, and the thread closes its own
+    connection."""
+    from jobs.runner import run_pending
 
     def drain() -> None:
         try:
-            result["summary"] = run_pending()
+            result["summary"] = run_pending(**options)
         finally:
             connection.close()
 
