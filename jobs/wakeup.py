@@ -303,8 +303,11 @@ class WakeListener:
         if not payloads:
             return False
         linger_signal.nudge()  # a lingering drain reads the claim index now, not at its poll
-        # Read whatever else arrives in the next moments: one decision for a burst.
-        payloads += [n.payload for n in self.connection.notifies(timeout=self.coalesce_seconds)]
+        # Read whatever else arrives in the next moments: one decision for a burst; each
+        # notification still nudges the lingering drains (linger_signal rate-limits it).
+        for notification in self.connection.notifies(timeout=self.coalesce_seconds):
+            payloads.append(notification.payload)
+            linger_signal.nudge()
         due_now = False
         now = time.monotonic()
         for payload in payloads:
