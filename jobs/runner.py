@@ -20,7 +20,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from psycopg.pq import TransactionStatus
 
-from jobs import registry, selectors, services
+from jobs import linger_signal, registry, selectors, services
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost
 from jobs.slow_kinds import slow_kinds
@@ -214,7 +214,7 @@ def _due_within(
             if stop.wait(wait):
                 return False
         else:
-            time.sleep(wait)
+            linger_signal.wait(wait)  # the listener's nudge ends it early
         due, task_waiting = selectors.job_due_or_task_waiting(now=timezone.now())
         if due:
             return True

@@ -33,6 +33,7 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
+from jobs import linger_signal
 from jobs.conf import get_config
 from project.backoff import retry_delay
 from project.quiet_log import QuietLog
@@ -43,6 +44,7 @@ CHANNEL = "jobs_job_due"  # the trigger's channel (jobs/migrations/0002_notify_d
 WAKE_TASK = "jobs.tasks.run_due_jobs"
 WAKE_TASK_NAME = "jobs wake-up"
 WAIT_SECONDS = 1.0  # longest wait for a notification before checking whether to stop
+MAX_COALESCE_SECONDS = 0.25  # longest a burst of notifications is read before the due check
 RECONNECT_BASE_SECONDS = 0.5  # backoff between reconnect attempts, doubled up to the cap
 RECONNECT_CAP_SECONDS = 30.0
 # The listener's connection lives as long as the qcluster: no statement on it may hang it
@@ -138,7 +140,11 @@ class WakeListener:
         # its poll needs no wake task, and a wake task would end that drain's linger.
         if coalesce_seconds is None:
             config = get_config()
-            coalesce_seconds = 2 * config.linger_poll_seconds if config.linger_seconds else 0.05
+            coalesce_seconds = (
+                min(2 * config.linger_poll_seconds, MAX_COALESCE_SECONDS)
+                if config.linger_seconds
+                else 0.05
+            )
         self.coalesce_seconds = coalesce_seconds
         self.connection: psycopg.Connection | None = None
         self.connects = 0
@@ -166,6 +172,7 @@ class WakeListener:
                 due_now = self._wait_for_notifications()
                 if self._pop_timers():
                     due_now = True
+                    linger_signal.nudge()
                     self._look_ahead()  # re-arm exactly at the next due time
                 if due_now:
                     self._wake_if_due()
@@ -301,8 +308,12 @@ class WakeListener:
         payloads = [n.payload for n in self.connection.notifies(timeout=timeout, stop_after=1)]
         if not payloads:
             return False
-        # Read whatever else arrives in the next moments: one decision for a burst.
-        payloads += [n.payload for n in self.connection.notifies(timeout=self.coalesce_seconds)]
+        linger_signal.nudge()  # a lingering drain reads the claim index now, not at its poll
+        # Read whatever else arrives in the next moments: one decision for a burst; each
+        # notification still nudges the lingering drains (linger_signal rate-limits it).
+        for notification in self.connection.notifies(timeout=self.coalesce_seconds):
+            payloads.append(notification.payload)
+            linger_signal.nudge()
         due_now = False
         now = time.monotonic()
         for payload in payloads:

@@ -87,3 +87,40 @@ def test_a_lingering_drain_returns_when_a_task_waits_for_a_worker():
             OrmQ.objects.all().delete()
             thread.join(60)
     assert result["summary"].claimed == 0
+
+
+def test_the_wake_up_listener_nudges_a_lingering_drain_at_once(tmp_path, settings):
+    """The qcluster opens a pipe before it forks (jobs/linger_signal.py); the listener,
+    hearing the jobs table's NOTIFY, nudges the lingering drains through it, so a job starts
+    without waiting for the drain's next read. The poll here is 600 s: only the nudge can
+    start the job within the wait below."""
+    from django.utils import timezone
+    from django_q.models import OrmQ
+
+    from jobs import linger_signal
+    from tests.jobs.test_wakeup import _running_listener
+
+    settings.JOBS_LINGER_POLL_SECONDS = 600
+    log = tmp_path / "runs.log"
+    result: dict = {}
+    linger_signal.open_signal()
+    try:
+        with _running_listener(workers=2), _Statements() as statements:
+            thread = drain_in_thread(result, linger=600)
+            try:
+                wait_until(
+                    lambda: any("jobs_runner_step" in sql for sql in statements.sql),
+                    "the drain's first, empty claim",
+                )
+                enqueue("tests.log", {"log": str(log), "n": 1})
+                wait_until(log.exists, "the job started by the nudged drain", timeout=60)
+            finally:
+                # End the linger: nothing due and a task waiting for a worker.
+                OrmQ.objects.create(key="stop", payload="stop", lock=timezone.now())
+                linger_signal.nudge()
+                thread.join(30)
+                OrmQ.objects.all().delete()
+    finally:
+        linger_signal.close_signal()
+    assert not thread.is_alive()
+    assert (result["summary"].claimed, result["summary"].completed) == (1, 1)

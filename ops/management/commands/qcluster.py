@@ -7,6 +7,7 @@ from django.conf import settings
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 
+from jobs import linger_signal
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
 from ops.schedules import disable_unknown_schedules, disabled_line, ensure_schedules
@@ -35,6 +36,7 @@ class Command(DjangoQClusterCommand):
         # The listener's connection is opened after the sentinel forked, so no child
         # inherits it; Ctrl-C / SIGTERM go to django-q2's handler, which stops the cluster,
         # and the listener ends with it.
+        linger_signal.open_signal()  # before the fork: every worker inherits the pipe
         cluster = Cluster()
         cluster.start()
         if options.get("run_once", False):
