@@ -1,8 +1,10 @@
 """The job runner under faults at its round trips (issue 30; I4, I5, I21, I22).
 
 The named cases run in the default suite; the whole enumeration runs with
-`-m fault_enumeration`. Cases that fail on today's runner are issue 29's (wt-runner fixes
-the runner): kept as strict expected failures, to be flipped when that fix lands.
+`-m fault_enumeration` (or `-m slow`). The two named cases below were issue 29's defects,
+found by the enumeration on the runner before its fix (they failed there) and kept as
+regression tests: the keeper's give-back whose answer is lost, and a completion batched
+behind later jobs.
 """
 
 from __future__ import annotations
@@ -15,15 +17,6 @@ from tests.faults.jobs_scenario import (
     JOBS_DRAIN_SLOW_ENDS_AT_FAULT,
 )
 from tests.support.fault_harness import ERROR_BEFORE, KILL_AFTER, LOST_ANSWER, assert_held, report
-
-ISSUE_29_BATCH = (
-    "issue 29 point 1: a completion batched behind later jobs is not durable, so a kill "
-    "re-runs a job that was no longer in flight"
-)
-ISSUE_29_KEEPER = (
-    "issue 29 point 2: the keeper's give-back commits, its answer is lost, it puts the "
-    "released jobs back in its batch and they run twice"
-)
 
 
 def _step(trip) -> bool:
@@ -53,9 +46,11 @@ def test_a_drain_survives_a_fault_of_each_kind_at_its_claim_and_a_handler_commit
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(strict=True, reason=ISSUE_29_KEEPER)
 def test_the_keepers_give_back_that_commits_then_loses_its_answer_runs_no_job_twice(harness):
-    """The give-back is the keeper's first statement (0.2 s into the slow job); the slow job
+    """Issue 29 point 2: the keeper's give-back commits, its answer is lost; the keeper once
+    put the released jobs back in its batch and they ran twice.
+
+    The give-back is the keeper's first statement (0.2 s into the slow job); the slow job
     ends the moment the connection is cut, so the drain reaches the jobs the keeper put
     back before it looks again."""
     outcomes = harness.case(JOBS_DRAIN_SLOW_ENDS_AT_FAULT, LOST_ANSWER, _keeper_step)
@@ -64,9 +59,11 @@ def test_the_keepers_give_back_that_commits_then_loses_its_answer_runs_no_job_tw
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(strict=True, reason=ISSUE_29_BATCH)
 def test_a_kill_while_a_failure_is_recorded_does_not_rerun_the_job_before_it(harness):
-    """The `atomic=False` job and the non-idempotent one ran before the failing one; their
+    """Issue 29 point 1: a completion batched behind later jobs was not durable, so a kill
+    re-ran a job that was no longer in flight.
+
+    The `atomic=False` job and the non-idempotent one ran before the failing one; their
     completions wait for the next step (no give-back here, so the keeper sends none). A kill
     right after the failure's UPDATE re-runs them although they were not in flight."""
     outcomes = harness.case(
@@ -79,7 +76,6 @@ def test_a_kill_while_a_failure_is_recorded_does_not_rerun_the_job_before_it(har
 @pytest.mark.fault_enumeration
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.xfail(strict=True, reason=f"{ISSUE_29_BATCH}; {ISSUE_29_KEEPER}")
 def test_every_round_trip_of_a_drain_under_every_fault(harness):
     outcomes = harness.enumerate(JOBS_DRAIN) + harness.enumerate(
         JOBS_DRAIN_SLOW_ENDS_AT_FAULT,
