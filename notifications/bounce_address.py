@@ -27,7 +27,6 @@ import hmac
 import re
 from datetime import timedelta
 
-from django.conf import settings
 from django.utils.crypto import salted_hmac
 
 from notifications.conf import get_config
@@ -46,8 +45,10 @@ def _mac(notification_id: int, secret: str) -> str:
 
 def bounce_address_for(notification_id: int) -> str:
     """The envelope sender of the notification `notification_id`."""
-    local, _, domain = get_config().reply_address.partition("@")
-    return f"{local}+bounce-{notification_id}-{_mac(notification_id, settings.SECRET_KEY)}@{domain}"
+    config = get_config()
+    local, _, domain = config.reply_address.partition("@")
+    mac = _mac(notification_id, config.bounce_address_keys[0])
+    return f"{local}+bounce-{notification_id}-{mac}@{domain}"
 
 
 def notification_id_from_bounce_address(address: str) -> int | None:
@@ -64,7 +65,7 @@ def notification_id_from_bounce_address(address: str) -> int | None:
     if match is None:
         return None
     notification_id = int(match["id"])
-    for secret in (settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())):
+    for secret in get_config().bounce_address_keys:
         if hmac.compare_digest(_mac(notification_id, secret), match["mac"]):
             return notification_id
     return None

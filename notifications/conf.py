@@ -10,7 +10,7 @@ a bad value stops start-up instead of failing the first sweep.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -56,6 +56,9 @@ class Config:
     ses_events_cert_failure_cache_seconds: float  # a failed certificate URL answers 503 this long
     ses_events_cert_fetches_per_minute: int  # fetches of uncached certificate URLs, per process
     public_base_url: str  # https://host of /unsubscribe/<token>; empty: mailto unsubscribe only
+    # The bounce address's MAC keys: SECRET_KEY, then SECRET_KEY_FALLBACKS (a key rotation
+    # keeps the bounces of mail sent under the old key). Never shown in a repr.
+    bounce_address_keys: tuple[str, ...] = field(default=(), repr=False)
 
 
 def _int(name: str, default: int, *, minimum: int) -> int:
@@ -167,6 +170,10 @@ def get_config() -> Config:
             "SES_EVENTS_CERT_FETCHES_PER_MINUTE", 10, minimum=1
         ),
         public_base_url=_public_base_url(),
+        bounce_address_keys=(
+            settings.SECRET_KEY,
+            *getattr(settings, "SECRET_KEY_FALLBACKS", ()),
+        ),
     )
 
 
