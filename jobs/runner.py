@@ -21,6 +21,7 @@ from django.utils import timezone
 from psycopg.pq import TransactionStatus
 
 from jobs import registry, selectors, services
+from jobs.claim_floor import claim_floor
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost
 from jobs.slow_kinds import slow_kinds
@@ -251,14 +252,27 @@ def _send_step(
     def send() -> services.Step:
         nonlocal tries
         tries += 1
-        return services.job_runner_step(
+        config = get_config()
+        # Issue 32, point 1: the scan starts at this process's floor (a full scan at least
+        # every JOBS_CLAIM_FULL_SCAN_SECONDS), so an old snapshot's dead entries below it
+        # cost no heap visit.
+        floor = claim_floor.bound(full_scan_seconds=config.claim_full_scan_seconds)
+        step = services.job_runner_step(
             worker=worker,
             done=_ago(done),
             claim=claim,
             want_more=want_more,
             durable=_must_flush(done),
-            slow_kinds=slow_kinds.get(get_config().hold_unstarted_seconds) if claim else (),
+            slow_kinds=slow_kinds.get(config.hold_unstarted_seconds) if claim else (),
+            floor=floor if claim else None,
         )
+        claim_floor.saw(
+            bound=floor,
+            run_afters=step.run_afters,
+            scanned_at=step.scanned_at,
+            margin_seconds=config.claim_floor_margin_seconds,
+        )
+        return step
 
     step = _reconnecting(send, reconnect, stop=stop, deadline=deadline)
     return step, tries > 1
