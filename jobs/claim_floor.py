@@ -15,8 +15,9 @@ floor only delays, it never loses. The floor stays JOBS_CLAIM_FLOOR_MARGIN_SECON
 what a scan saw, so rows committed a little out of `run_after` order (concurrent producers,
 a give-back right after a claim) are found by the next claim, not the next full scan.
 
-One per process (a drain runs one claim at a time; the lock is for the keeper's thread and
-for tests), like the connection it scans with.
+One per process for the runner (a drain runs one claim at a time; the lock is for the
+keeper's thread and for tests), like the connection it scans with; the wake-up listener
+keeps its own for its due check (jobs/wakeup.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import threading
 import time
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+
+from jobs.conf import get_config
 
 
 class ClaimFloor:
@@ -35,13 +38,20 @@ class ClaimFloor:
         self._floor: datetime | None = None
         self._full_scan_at = float("-inf")  # time.monotonic() of the last full scan
 
-    def bound(self, *, full_scan_seconds: float) -> datetime | None:
+    def bound(self) -> datetime | None:
         """The floor for the next scan; None (scan in full) when there is none yet or the
-        last full scan is `full_scan_seconds` old."""
+        last full scan is JOBS_CLAIM_FULL_SCAN_SECONDS old."""
+        full_scan_seconds = get_config().claim_full_scan_seconds
         with self._lock:
             if time.monotonic() - self._full_scan_at >= full_scan_seconds:
                 return None
             return self._floor
+
+    def seconds_to_full_scan(self) -> float:
+        """How long until `bound()` asks for a full scan again (0: the next one is)."""
+        full_scan_seconds = get_config().claim_full_scan_seconds
+        with self._lock:
+            return max(0.0, self._full_scan_at + full_scan_seconds - time.monotonic())
 
     def saw(
         self,
@@ -49,7 +59,6 @@ class ClaimFloor:
         bound: datetime | None,
         run_afters: Iterable[datetime],
         scanned_at: datetime | None,
-        margin_seconds: float,
     ) -> None:
         """What a scan with `bound` saw: the `run_after` of each row it claimed and the
         database's clock it scanned at (None: it did not scan). Below the earliest of them
@@ -57,7 +66,8 @@ class ClaimFloor:
         order); none at all when it took nothing. A floored scan only raises the floor."""
         if scanned_at is None:
             return
-        seen = min([scanned_at, *run_afters]) - timedelta(seconds=margin_seconds)
+        margin = timedelta(seconds=get_config().claim_floor_margin_seconds)
+        seen = min([scanned_at, *run_afters]) - margin
         with self._lock:
             if bound is None:
                 self._floor = seen

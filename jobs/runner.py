@@ -216,10 +216,13 @@ def _due_within(
                 return False
         else:
             time.sleep(wait)
-        due, task_waiting = selectors.job_due_or_task_waiting(now=timezone.now())
+        floor = claim_floor.bound()  # as the claim's scan (issue 32, point 1)
+        seen = selectors.job_due_or_task_waiting(now=timezone.now(), floor=floor)
+        due = [] if seen.due_run_after is None else [seen.due_run_after]
+        claim_floor.saw(bound=floor, run_afters=due, scanned_at=seen.scanned_at)
         if due:
             return True
-        if task_waiting:
+        if seen.task_waiting:
             return False
 
 
@@ -252,26 +255,20 @@ def _send_step(
     def send() -> services.Step:
         nonlocal tries
         tries += 1
-        config = get_config()
         # Issue 32, point 1: the scan starts at this process's floor (a full scan at least
         # every JOBS_CLAIM_FULL_SCAN_SECONDS), so an old snapshot's dead entries below it
         # cost no heap visit.
-        floor = claim_floor.bound(full_scan_seconds=config.claim_full_scan_seconds)
+        floor = claim_floor.bound() if claim else None
         step = services.job_runner_step(
             worker=worker,
             done=_ago(done),
             claim=claim,
             want_more=want_more,
             durable=_must_flush(done),
-            slow_kinds=slow_kinds.get(config.hold_unstarted_seconds) if claim else (),
-            floor=floor if claim else None,
+            slow_kinds=slow_kinds.get(get_config().hold_unstarted_seconds) if claim else (),
+            floor=floor,
         )
-        claim_floor.saw(
-            bound=floor,
-            run_afters=step.run_afters,
-            scanned_at=step.scanned_at,
-            margin_seconds=config.claim_floor_margin_seconds,
-        )
+        claim_floor.saw(bound=floor, run_afters=step.run_afters, scanned_at=step.scanned_at)
         return step
 
     step = _reconnecting(send, reconnect, stop=stop, deadline=deadline)
