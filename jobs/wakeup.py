@@ -207,8 +207,9 @@ class WakeListener:
             scanned_at=None if scanned_at is None else _from_epoch(scanned_at),
         )
         if first_due is None:
-            if floor is not None:
-                heapq.heappush(self._timers, time.monotonic() + self._floor.seconds_to_full_scan())
+            at = time.monotonic() + self._floor.seconds_to_full_scan()
+            if floor is not None and not (self._timers and self._timers[0] <= at):
+                heapq.heappush(self._timers, at)
             return False
         sent = request_wake(workers=self.workers, funcs=self._funcs)
         self.wakes_sent += sent

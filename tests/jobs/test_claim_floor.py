@@ -14,6 +14,9 @@ index handed to the executor, each a heap visit for the claim.
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta
+
 import pytest
 from django.db import connection
 
@@ -85,6 +88,42 @@ def test_next_to_an_old_snapshot_a_claim_reads_no_dead_entry_below_its_floor(set
     assert floored < 50  # the 5 new jobs' entries and those of the few claimed just before
 
 
+def test_the_floor_and_the_due_bound_are_index_conds_of_the_runners_scan():
+    """The plan of the claim inside jobs_runner_step_v3 (auto_explain, nested statements,
+    sent to this client as a NOTICE): both bounds on run_after are checked on the index
+    entries of jobs_job_claim_idx, not after fetching the row."""
+    _insert_due(200, hours_ago=1)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    plans: list[str] = []
+    with connection.cursor() as cursor:
+        pg = cursor.connection
+        pg.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_level = 'notice'",
+            "SET client_min_messages = 'notice'",
+        ):
+            cursor.execute(setting)
+    step = job_runner_step(worker="w", claim=5, floor=_db_clock() - timedelta(hours=2))
+    assert len(step.claimed) == 5
+    conds = [
+        cond
+        for plan in plans
+        for cond in re.findall(r"using jobs_job_claim_idx on .*\n\s+Index Cond: (.*)", plan)
+    ]
+    assert conds, plans  # the due scan (and the more_due check) go through the index
+    assert all("run_after >=" in cond and "run_after <=" in cond for cond in conds), conds
+
+
+def _db_clock() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
 def _floor_set_above(hours_ago: float) -> None:
     """A drain that claims a fresh job: this process's floor is now far above `hours_ago`."""
     enqueue("tests.noop", {})
@@ -131,3 +170,24 @@ def test_a_job_skipped_while_locked_is_still_claimed(settings):
     assert Job.objects.get(id=newer).status == Status.COMPLETED
     assert Job.objects.get(id=old).status == Status.QUEUED
     _drained_until_done(old)
+
+
+def test_a_back_dated_insert_below_the_listeners_floor_still_wakes_a_worker(settings):
+    """The wake-up listener's due check starts at its own floor too: a check that finds
+    nothing above it arms a timer for the next full one, so the NOTIFY of a job due below
+    the floor still ends in a wake task."""
+    from django_q.models import OrmQ
+
+    from jobs.wakeup import wake_tasks_in_broker
+    from tests.jobs.test_wakeup import _running_listener
+
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 1
+    with _running_listener(workers=2) as listener:
+        fresh = enqueue("tests.noop", {})  # its NOTIFY: the check sets the floor near now
+        wait_until(lambda: listener.wakes_sent >= 1, "the wake task for the fresh job")
+        Job.objects.filter(id=fresh.id).update(status=Status.CANCELLED)
+        OrmQ.objects.all().delete()
+        sent = listener.wakes_sent
+        _insert_due(1, hours_ago=1)  # its NOTIFY says "due now"; the row is below the floor
+        wait_until(lambda: listener.wakes_sent > sent, "a wake task after a full check", 30)
+    assert wake_tasks_in_broker()[0] >= 1
