@@ -47,6 +47,11 @@ class ClaimFloor:
                 return None
             return self._floor
 
+    def current(self) -> datetime | None:
+        """The floor, however old the last full scan (None: none yet)."""
+        with self._lock:
+            return self._floor
+
     def seconds_to_full_scan(self) -> float:
         """How long until `bound()` asks for a full scan again (0: the next one is)."""
         full_scan_seconds = get_config().claim_full_scan_seconds

@@ -151,6 +151,7 @@ class WakeListener:
         self._db_minus_monotonic: float | None = None  # database epoch - time.monotonic()
         self._next_check = 0.0  # monotonic time of the next ping and look-ahead
         self._floor = ClaimFloor()  # the due check's, see _wake_if_due
+        self._found_due = False  # the last due check found a due job above the floor
         # Reconnects through an outage: one line, then a count per 30 s (I24).
         self._quiet = QuietLog(logger, "job wake-up listener")
 
@@ -193,12 +194,14 @@ class WakeListener:
 
         The check starts at this listener's floor (issue 32, point 1; jobs/claim_floor.py),
         as the runner's claim does: next to an old snapshot, the dead entries of the jobs
-        claimed since cost it no heap visit. When a floored check finds nothing, a timer
-        brings a full check once the floor expires: a job given back or back-dated below
-        the floor still wakes a worker."""
+        claimed since cost it no heap visit. While its checks find due jobs it keeps the
+        floor (the workers woken scan in full on their own); when a floored check finds
+        nothing, a timer brings a full check once JOBS_CLAIM_FULL_SCAN_SECONDS have passed
+        since the last: a job given back or back-dated below the floor still wakes a worker.
+        """
         assert self.connection is not None
         self.checks += 1
-        floor = self._floor.bound()
+        floor = self._floor.current() if self._found_due else self._floor.bound()
         # bounded, like every query on this connection
         scanned_at, first_due = self._ping(_due_now_sql(floor))
         self._floor.saw(
@@ -206,6 +209,7 @@ class WakeListener:
             run_afters=[] if first_due is None else [_from_epoch(first_due)],
             scanned_at=None if scanned_at is None else _from_epoch(scanned_at),
         )
+        self._found_due = first_due is not None
         if first_due is None:
             at = time.monotonic() + self._floor.seconds_to_full_scan()
             if floor is not None and not (self._timers and self._timers[0] <= at):
