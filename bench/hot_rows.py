@@ -55,6 +55,15 @@ DUE_SCAN = (
     "AND j.run_after <= clock_timestamp() AND j.attempts < j.max_attempts "
     "ORDER BY j.priority DESC, j.run_after, j.id LIMIT 20"
 )
+# The same scan from a floor 1 s back (what the runner's claims do between full scans, issue
+# 32 point 1, jobs/claim_floor.py: its floor is the oldest due row it saw, less
+# JOBS_CLAIM_FLOOR_MARGIN_SECONDS): the bound is an Index Cond, the dead entries below it
+# cost no heap visit.
+FLOORED_SCAN = DUE_SCAN.replace(
+    "j.run_after <= clock_timestamp()",
+    "j.run_after <= statement_timestamp() "
+    "AND j.run_after >= statement_timestamp() - interval '1 second'",
+)
 TABLES = ("jobs_job", *COUNTER_TABLES)
 
 
@@ -67,6 +76,7 @@ class Window:
     last_id: int | None = None
     backlog: int = 0
     claim_scan: float = 0.0  # seconds: the runner's due scan for a batch of 20, EXPLAIN ANALYZE
+    floored_scan: float = 0.0  # seconds: the same from a floor 1 s back
     load: float = 0.0
     dead: dict[str, tuple[int, int]] = field(default_factory=dict)  # table: (live, dead)
     start_p95: float | None = None
@@ -213,6 +223,8 @@ def _sample(conn: psycopg.Connection, window: Window) -> None:
     window.load = os.getloadavg()[0]
     plan = conn.execute(DUE_SCAN).fetchone()[0]
     window.claim_scan = plan[0]["Execution Time"] / 1000
+    plan = conn.execute(FLOORED_SCAN).fetchone()[0]
+    window.floored_scan = plan[0]["Execution Time"] / 1000
     conn.execute("SELECT pg_stat_clear_snapshot()")
     rows = conn.execute(
         "SELECT relname, n_live_tup, n_dead_tup FROM pg_stat_user_tables WHERE relname = ANY(%s)",
@@ -255,10 +267,10 @@ def report(windows: list[Window], rate: float, args: argparse.Namespace, cluster
     short = {t: t.split("_", 1)[1][:11] for t in TABLES}
     print(
         f"{'phase':<8}{'t s':>6}{'jobs/s':>8}{'ins p95':>9}{'start p95':>10}{'backlog':>8}"
-        f"{'claim':>7}{'load':>6}  " + " ".join(f"{short[t]:>11}" for t in TABLES)
+        f"{'claim':>7}{'floor':>7}{'load':>6}  " + " ".join(f"{short[t]:>11}" for t in TABLES)
     )
     print(
-        f"{'':<8}{'':>6}{'':>8}{'ms':>9}{'ms':>10}{'rows':>8}{'ms':>7}{'1min':>6}  "
+        f"{'':<8}{'':>6}{'':>8}{'ms':>9}{'ms':>10}{'rows':>8}{'ms':>7}{'ms':>7}{'1min':>6}  "
         "dead tuples (live); jobs_job: dead only"
     )
     ok = True
@@ -277,7 +289,7 @@ def report(windows: list[Window], rate: float, args: argparse.Namespace, cluster
         print(
             f"{w.phase:<8}{(n + 1) * WINDOW:6.0f}{produced:8.0f}{_fmt(ins, digits=2)}"
             f"{_fmt(w.start_p95, width=10, digits=0)}{w.backlog:8d}"
-            f"{w.claim_scan * 1000:7.1f}{w.load:6.1f}  {dead}"
+            f"{w.claim_scan * 1000:7.1f}{w.floored_scan * 1000:7.1f}{w.load:6.1f}  {dead}"
         )
     print(
         "targets in the pinned phase: jobs/s >= 90 % of the rate, INSERT p95 <= 20 ms, "

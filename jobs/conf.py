@@ -37,6 +37,8 @@ class Config:
     poll_seconds: float  # run_jobs' sleep when the queue is empty
     linger_seconds: float  # a qcluster drain waits this long for a job before it returns
     linger_poll_seconds: float  # and asks this often whether one is due
+    claim_full_scan_seconds: float  # a claim scans the whole due set at least this often
+    claim_floor_margin_seconds: float  # the floor stays this far below what a scan saw
     cluster_workers: int  # Q_CLUSTER["workers"]: bounds the wake tasks a drain may add
     listener_ping_seconds: float  # the wake-up listener pings this often, waits this long
     listen_database_url: str  # direct connection for LISTEN ("" = the default database's)
@@ -98,6 +100,8 @@ def get_config() -> Config:
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
         linger_seconds=_number("JOBS_LINGER_SECONDS", 2.0),
         linger_poll_seconds=_number("JOBS_LINGER_POLL_SECONDS", 0.05, positive=True),
+        claim_full_scan_seconds=_number("JOBS_CLAIM_FULL_SCAN_SECONDS", 1.0),
+        claim_floor_margin_seconds=_number("JOBS_CLAIM_FLOOR_MARGIN_SECONDS", 1.0),
         cluster_workers=_cluster_workers(),
         listener_ping_seconds=_number("JOBS_LISTENER_PING_SECONDS", 15, positive=True),
         listen_database_url=_url("LISTEN_DATABASE_URL"),

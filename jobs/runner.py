@@ -21,6 +21,7 @@ from django.utils import timezone
 from psycopg.pq import TransactionStatus
 
 from jobs import linger_signal, registry, selectors, services
+from jobs.claim_floor import claim_floor
 from jobs.conf import get_config
 from jobs.exceptions import LeaseLost
 from jobs.slow_kinds import slow_kinds
@@ -215,10 +216,13 @@ def _due_within(
                 return False
         else:
             linger_signal.wait(wait)  # the listener's nudge ends it early
-        due, task_waiting = selectors.job_due_or_task_waiting(now=timezone.now())
+        floor = claim_floor.bound()  # as the claim's scan (issue 32, point 1)
+        seen = selectors.job_due_or_task_waiting(now=timezone.now(), floor=floor)
+        due = [] if seen.due_run_after is None else [seen.due_run_after]
+        claim_floor.saw(bound=floor, run_afters=due, scanned_at=seen.scanned_at)
         if due:
             return True
-        if task_waiting:
+        if seen.task_waiting:
             return False
 
 
@@ -251,14 +255,21 @@ def _send_step(
     def send() -> services.Step:
         nonlocal tries
         tries += 1
-        return services.job_runner_step(
+        # Issue 32, point 1: the scan starts at this process's floor (a full scan at least
+        # every JOBS_CLAIM_FULL_SCAN_SECONDS), so an old snapshot's dead entries below it
+        # cost no heap visit.
+        floor = claim_floor.bound() if claim else None
+        step = services.job_runner_step(
             worker=worker,
             done=_ago(done),
             claim=claim,
             want_more=want_more,
             durable=_must_flush(done),
             slow_kinds=slow_kinds.get(get_config().hold_unstarted_seconds) if claim else (),
+            floor=floor,
         )
+        claim_floor.saw(bound=floor, run_afters=step.run_afters, scanned_at=step.scanned_at)
+        return step
 
     step = _reconnecting(send, reconnect, stop=stop, deadline=deadline)
     return step, tries > 1

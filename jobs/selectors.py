@@ -3,6 +3,7 @@ the health page, /metrics): each rule about what a job's state means lives here 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
@@ -103,21 +104,38 @@ def job_attempt_completed_by(*, job_id: int, number: int, worker: str) -> bool:
 # One round trip for a lingering drain: is a job due (the partial claim index, like the
 # wake-up listener's own check in jobs/wakeup.py), and is a django-q2 task waiting in the
 # ORM broker for a worker (a row whose lock has passed: queued, or its retry is due).
+# The first due row at or above the caller's floor (issue 32, point 1): both bounds on
+# `run_after` are values (statement_timestamp() is stable, clock_timestamp() is not), so
+# they are Index Conds on jobs_job_claim_idx, checked on the index tuple: the dead entries
+# an old snapshot keeps below the floor cost no heap visit.
 _LINGER_SQL = """
-SELECT EXISTS (
-    SELECT 1 FROM jobs_job
-    WHERE status = 'queued' AND run_after <= clock_timestamp() AND attempts < max_attempts
+SELECT EXISTS (SELECT 1 FROM django_q_ormq WHERE lock <= %s), clock_timestamp(), (
+    SELECT run_after FROM jobs_job
+    WHERE status = 'queued' AND run_after <= statement_timestamp()
+      AND run_after >= coalesce(%s::timestamptz, '-infinity') AND attempts < max_attempts
       AND kind NOT IN (SELECT kind FROM jobs_pausedkind)
-), EXISTS (SELECT 1 FROM django_q_ormq WHERE lock <= %s)
+    ORDER BY priority DESC, run_after, id
+    LIMIT 1
+)
 """
 
 
-def job_due_or_task_waiting(*, now: datetime) -> tuple[bool, bool]:
-    """Whether a job is due now (on the database's clock), and whether a django-q2 task
-    waits in the broker for a worker (by `now`, this host's clock, as django-q2's broker
-    itself decides): what a lingering drain asks every JOBS_LINGER_POLL_SECONDS. One read
-    of two indexes, no write and no trigger."""
+@dataclass(frozen=True)
+class LingerPoll:
+    """What a lingering drain's poll saw."""
+
+    scanned_at: datetime  # the database's clock
+    due_run_after: datetime | None  # the first due job's `run_after` (None: none due)
+    task_waiting: bool  # a django-q2 task waits in the broker for a worker
+
+
+def job_due_or_task_waiting(*, now: datetime, floor: datetime | None = None) -> LingerPoll:
+    """Whether a job due now (on the database's clock; `run_after` at or above `floor`, see
+    jobs/claim_floor.py) waits, and whether a django-q2 task waits in the broker for a
+    worker (by `now`, this host's clock, as django-q2's broker itself decides): what a
+    lingering drain asks every JOBS_LINGER_POLL_SECONDS. One read of two indexes, no
+    write and no trigger."""
     with connection.cursor() as cursor:
-        cursor.execute(_LINGER_SQL, [now])
-        due, waiting = cursor.fetchone()
-    return bool(due), bool(waiting)
+        cursor.execute(_LINGER_SQL, [now, floor])
+        waiting, scanned_at, due_run_after = cursor.fetchone()
+    return LingerPoll(scanned_at, due_run_after, bool(waiting))

@@ -16,7 +16,7 @@ import secrets
 import socket
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -110,6 +110,8 @@ class Step:
     released: int  # of `release`, how many were given back
     claimed: list[ClaimedJob]  # in claim order; the caller starts them one after another
     more_due: bool  # another due job is waiting beyond these (only looked for when asked)
+    run_afters: list[datetime] = field(default_factory=list)  # of the claimed rows
+    scanned_at: datetime | None = None  # the database's clock at the due scan (None: none)
 
 
 def job_runner_step(
@@ -122,6 +124,7 @@ def job_runner_step(
     want_more: bool = False,
     durable: bool = False,
     slow_kinds: Sequence[str] = (),
+    floor: datetime | None = None,
 ) -> Step:
     """The runner's one statement (migration jobs/0010, `jobs_runner_step`): complete the
     jobs in `done` (id, seconds since its handler started), mark `mark` (id, seconds since
@@ -137,7 +140,10 @@ def job_runner_step(
     JOBS_HOLD_UNSTARTED_SECONDS (point 4; jobs/runner.py). The claim ends with the first
     job whose kind is in `slow_kinds` (kinds that recently ran longer than that): nothing is
     claimed that would wait behind it, to be given back and claimed again (issue 29, point
-    3; migration jobs/0013, `jobs_runner_step_v2`).
+    3; migration jobs/0013, `jobs_runner_step_v2`). With `floor`, the due scan keeps only
+    rows due at or after it, a bound checked on the claim index's entries, so the dead
+    entries an old snapshot keeps below it cost no heap visit (issue 32, point 1; migration
+    jobs/0014, `jobs_runner_step_v3`; the runner's floor is jobs/claim_floor.py).
 
     Runs in the caller's transaction: in autocommit mode (the runner) it commits alone;
     inside a transaction the caller's commit decides. `want_more` asks whether another due
@@ -170,6 +176,7 @@ def job_runner_step(
                 float(config.lease_seconds),
                 want_more,
                 list(slow_kinds),
+                floor,
                 # its own transaction: commit without the flush
                 connection.get_autocommit() and not durable,
             ],
@@ -178,7 +185,7 @@ def job_runner_step(
     completed, released = rows[0][0], rows[0][1]
     claimed = [
         ClaimedJob(id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=m)
-        for _c, _r, pk, kind, payload, attempts, m, _more in rows
+        for _c, _r, pk, kind, payload, attempts, m, _more, _run_after, _at in rows
         if pk is not None
     ]
     return Step(
@@ -186,6 +193,8 @@ def job_runner_step(
         released=released,
         claimed=claimed,
         more_due=bool(rows[0][7]),
+        run_afters=[row[8] for row in rows if row[2] is not None],
+        scanned_at=rows[0][9],
     )
 
 
@@ -249,12 +258,12 @@ RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run
 """
 
 
-# The runner's one statement: the function of migration jobs/0013 (its plan is kept by the
+# The runner's one statement: the function of migration jobs/0014 (its plan is kept by the
 # server session; the statement is there, with why each part is as it is). Nothing is kept
 # in the client's session, so it works behind PgBouncer in transaction pooling.
 _RUNNER_STEP_SQL = (
-    "SELECT * FROM jobs_runner_step_v2(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
-    "%s, %s, %s, %s, %s::text[], %s)"
+    "SELECT * FROM jobs_runner_step_v3(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
+    "%s, %s, %s, %s, %s::text[], %s::timestamptz, %s)"
 )
 
 

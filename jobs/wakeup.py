@@ -28,12 +28,14 @@ import secrets
 import select
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
 from jobs import linger_signal
+from jobs.claim_floor import ClaimFloor
 from jobs.conf import get_config
 from project.backoff import retry_delay
 from project.quiet_log import QuietLog
@@ -149,11 +151,13 @@ class WakeListener:
         self.connection: psycopg.Connection | None = None
         self.connects = 0
         self.wakes_sent = 0
-        self.checks = 0  # due checks made (EXISTS statements)
+        self.checks = 0  # due checks made
         self._funcs: dict[int, str] = {}  # OrmQ id -> task function, see wake_tasks_in_broker
         self._timers: list[float] = []  # heap of due times, on this host's monotonic clock
         self._db_minus_monotonic: float | None = None  # database epoch - time.monotonic()
         self._next_check = 0.0  # monotonic time of the next ping and look-ahead
+        self._floor = ClaimFloor()  # the due check's, see _wake_if_due
+        self._found_due = False  # the last due check found a due job above the floor
         # Reconnects through an outage: one line, then a count per 30 s (I24).
         self._quiet = QuietLog(logger, "job wake-up listener")
 
@@ -193,10 +197,30 @@ class WakeListener:
         self.close()
 
     def _wake_if_due(self) -> bool:
-        """Send a wake task if a job is due now and none is pending; True if sent."""
+        """Send a wake task if a job is due now and none is pending; True if sent.
+
+        The check starts at this listener's floor (issue 32, point 1; jobs/claim_floor.py),
+        as the runner's claim does: next to an old snapshot, the dead entries of the jobs
+        claimed since cost it no heap visit. While its checks find due jobs it keeps the
+        floor (the workers woken scan in full on their own); when a floored check finds
+        nothing, a timer brings a full check once JOBS_CLAIM_FULL_SCAN_SECONDS have passed
+        since the last: a job given back or back-dated below the floor still wakes a worker.
+        """
         assert self.connection is not None
         self.checks += 1
-        if self._ping(_DUE_NOW_SQL) != [b"t"]:  # bounded, like every query on this connection
+        floor = self._floor.current() if self._found_due else self._floor.bound()
+        # bounded, like every query on this connection
+        scanned_at, first_due = self._ping(_due_now_sql(floor))
+        self._floor.saw(
+            bound=floor,
+            run_afters=[] if first_due is None else [_from_epoch(first_due)],
+            scanned_at=None if scanned_at is None else _from_epoch(scanned_at),
+        )
+        self._found_due = first_due is not None
+        if first_due is None:
+            at = time.monotonic() + self._floor.seconds_to_full_scan()
+            if floor is not None and not (self._timers and self._timers[0] <= at):
+                heapq.heappush(self._timers, at)
             return False
         sent = request_wake(workers=self.workers, funcs=self._funcs)
         self.wakes_sent += sent
@@ -330,14 +354,32 @@ class WakeListener:
 
 
 _JOBS = "jobs_job"
-# Served by the partial index on queued rows (jobs_job_claim_idx).
-_DUE_NOW_SQL = f"""
-SELECT EXISTS (
-    SELECT 1 FROM {_JOBS}
-    WHERE status = 'queued' AND run_after <= clock_timestamp() AND attempts < max_attempts
+
+
+def _due_now_sql(floor: datetime | None) -> str:
+    """The due check: the database's clock and the first due job's `run_after` at or above
+    `floor` (epoch seconds; NULL when none is due). Served by the partial index on queued
+    rows (jobs_job_claim_idx); both bounds on `run_after` are constants for the planner
+    (statement_timestamp() is stable, the floor a literal), so they are Index Conds checked
+    on the index tuple. The statement is text: the listener's asynchronous libpq calls send
+    no parameters, and the floor is a float this process formatted."""
+    lower = "'-infinity'" if floor is None else f"to_timestamp({floor.timestamp()!r})"
+    return f"""
+SELECT extract(epoch FROM clock_timestamp()), (
+    SELECT extract(epoch FROM run_after) FROM {_JOBS}
+    WHERE status = 'queued' AND run_after <= statement_timestamp() AND run_after >= {lower}
+      AND attempts < max_attempts
       AND kind NOT IN (SELECT kind FROM jobs_pausedkind)  -- a paused kind wakes nobody
+    ORDER BY priority DESC, run_after, id
+    LIMIT 1
 )
 """
+
+
+def _from_epoch(value: bytes) -> datetime:
+    return datetime.fromtimestamp(float(value), tz=UTC)
+
+
 _LOOK_AHEAD_SQL = f"""
 SELECT extract(epoch FROM clock_timestamp()),
        (SELECT extract(epoch FROM min(run_after)) FROM {_JOBS}

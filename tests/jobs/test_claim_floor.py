@@ -1,0 +1,193 @@
+"""Issue 32, point 1: the runner's due scan skips the dead head of the claim index.
+
+While another session holds a snapshot, every job claimed since leaves an entry in
+jobs_job_claim_idx whose heap tuple is dead but not removable. The runner keeps a floor (a
+`run_after` below which its last scans saw no live due row, jobs/claim_floor.py) and the
+scan keeps `run_after >= floor` as an Index Cond: an entry below it is rejected on the index
+tuple, never returned to the executor, so its heap tuple is not read. What a floor could
+hide (a job given back with its old `run_after`, a back-dated INSERT, a row skipped while
+locked) is found by the full scan every JOBS_CLAIM_FULL_SCAN_SECONDS: latency, never loss.
+
+The count asserted is the index's `idx_tup_read` (pg_stat_user_indexes): the entries the
+index handed to the executor, each a heap visit for the claim.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from jobs import enqueue
+from jobs.models import Job
+from jobs.runner import run_pending
+from jobs.services import job_runner_step
+from tests.support.processes import wait_until
+from tests.support.sessions import other_session
+
+Status = Job.Status
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DEAD = 2000  # jobs claimed while the snapshot is held: dead entries it keeps
+
+
+def _insert_due(count: int, *, hours_ago: float) -> list[int]:
+    """Queued no-op jobs due `hours_ago`, by plain SQL (as another producer writes them)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, "
+            "run_after, created_at, locked_by, last_error) "
+            "SELECT 'tests.noop', '{}', 'queued', 0, 0, 3, "
+            "now() - make_interval(secs => %s), now(), '', '' FROM generate_series(1, %s) "
+            "RETURNING id",
+            [hours_ago * 3600, count],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _claim_index_entries_read() -> int:
+    """idx_tup_read of jobs_job_claim_idx, with this session's own counts flushed first."""
+    with connection.cursor() as cursor:
+        # Flushed when this backend next goes idle, i.e. before the next statement.
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT idx_tup_read FROM pg_stat_user_indexes "
+            "WHERE indexrelname = 'jobs_job_claim_idx'"
+        )
+        return cursor.fetchone()[0]
+
+
+def test_next_to_an_old_snapshot_a_claim_reads_no_dead_entry_below_its_floor(settings):
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 3600  # only the first claim scans in full
+    _insert_due(DEAD, hours_ago=1)
+    with other_session(application_name="report") as report:
+        report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        report.execute("SELECT count(*) FROM jobs_job").fetchone()  # the snapshot is taken
+        assert run_pending().completed == DEAD  # each leaves a dead, unremovable entry
+
+        fresh = [enqueue("tests.noop", {}).id for _ in range(5)]
+        before = _claim_index_entries_read()
+        assert run_pending().completed == 5
+        floored = _claim_index_entries_read() - before
+
+        # The same drain with a full scan at every claim walks every dead entry: the count
+        # sees them, and the floor is what kept the drain above off them.
+        settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 0
+        fresh += [enqueue("tests.noop", {}).id for _ in range(5)]
+        before = _claim_index_entries_read()
+        assert run_pending().completed == 5
+        full = _claim_index_entries_read() - before
+        report.rollback()
+    assert Job.objects.filter(id__in=fresh, status=Status.COMPLETED).count() == 10
+    assert full >= DEAD
+    assert floored < 50  # the 5 new jobs' entries and those of the few claimed just before
+
+
+def test_the_floor_and_the_due_bound_are_index_conds_of_the_runners_scan():
+    """The plan of the claim inside jobs_runner_step_v3 (auto_explain, nested statements,
+    sent to this client as a NOTICE): both bounds on run_after are checked on the index
+    entries of jobs_job_claim_idx, not after fetching the row."""
+    _insert_due(200, hours_ago=1)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE jobs_job")
+    plans: list[str] = []
+    with connection.cursor() as cursor:
+        pg = cursor.connection
+        pg.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
+        for setting in (
+            "LOAD 'auto_explain'",
+            "SET auto_explain.log_min_duration = 0",
+            "SET auto_explain.log_nested_statements = on",
+            "SET auto_explain.log_level = 'notice'",
+            "SET client_min_messages = 'notice'",
+        ):
+            cursor.execute(setting)
+    step = job_runner_step(worker="w", claim=5, floor=_db_clock() - timedelta(hours=2))
+    assert len(step.claimed) == 5
+    conds = [
+        cond
+        for plan in plans
+        for cond in re.findall(r"using jobs_job_claim_idx on .*\n\s+Index Cond: (.*)", plan)
+    ]
+    assert conds, plans  # the due scan (and the more_due check) go through the index
+    assert all("run_after >=" in cond and "run_after <=" in cond for cond in conds), conds
+
+
+def _db_clock() -> datetime:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
+def _floor_set_above(hours_ago: float) -> None:
+    """A drain that claims a fresh job: this process's floor is now far above `hours_ago`."""
+    enqueue("tests.noop", {})
+    assert run_pending().completed == 1
+
+
+def _drained_until_done(job_id: int) -> None:
+    """Drain until `job_id` completed (no floor hides it longer than a full-scan period;
+    the timeout only bounds the test)."""
+
+    def done() -> bool:
+        run_pending()
+        return Job.objects.filter(id=job_id, status=Status.COMPLETED).exists()
+
+    wait_until(done, f"job {job_id} claimed by a full scan", timeout=30, interval=0.2)
+
+
+def test_a_job_given_back_with_its_old_run_after_is_still_claimed(settings):
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 1
+    (old,) = _insert_due(1, hours_ago=1)
+    other = job_runner_step(worker="other-worker", claim=1)  # another worker holds it
+    assert [job.id for job in other.claimed] == [old]
+    _floor_set_above(hours_ago=1)
+    given_back = job_runner_step(worker="other-worker", release=[old])
+    assert given_back.released == 1
+    _drained_until_done(old)
+
+
+def test_a_back_dated_insert_below_the_floor_is_still_claimed(settings):
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 1
+    _floor_set_above(hours_ago=1)
+    (old,) = _insert_due(1, hours_ago=1)
+    _drained_until_done(old)
+
+
+def test_a_job_skipped_while_locked_is_still_claimed(settings):
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 1
+    (old,) = _insert_due(1, hours_ago=1)
+    newer = enqueue("tests.noop", {}).id
+    with other_session(application_name="admin edit") as admin:
+        admin.execute("SELECT id FROM jobs_job WHERE id = %s FOR UPDATE", [old])
+        assert run_pending().completed == 1  # the newer job; the locked one is skipped
+        admin.rollback()
+    assert Job.objects.get(id=newer).status == Status.COMPLETED
+    assert Job.objects.get(id=old).status == Status.QUEUED
+    _drained_until_done(old)
+
+
+def test_a_back_dated_insert_below_the_listeners_floor_still_wakes_a_worker(settings):
+    """The wake-up listener's due check starts at its own floor too: a check that finds
+    nothing above it arms a timer for the next full one, so the NOTIFY of a job due below
+    the floor still ends in a wake task."""
+    from django_q.models import OrmQ
+
+    from jobs.wakeup import wake_tasks_in_broker
+    from tests.jobs.test_wakeup import _running_listener
+
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 1
+    with _running_listener(workers=2) as listener:
+        fresh = enqueue("tests.noop", {})  # its NOTIFY: the check sets the floor near now
+        wait_until(lambda: listener.wakes_sent >= 1, "the wake task for the fresh job")
+        Job.objects.filter(id=fresh.id).update(status=Status.CANCELLED)
+        OrmQ.objects.all().delete()
+        sent = listener.wakes_sent
+        _insert_due(1, hours_ago=1)  # its NOTIFY says "due now"; the row is below the floor
+        wait_until(lambda: listener.wakes_sent > sent, "a wake task after a full check", 30)
+    assert wake_tasks_in_broker()[0] >= 1
