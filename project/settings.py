@@ -284,6 +284,11 @@ JOBS_BATCH_IDEMPOTENT_COMPLETIONS = env_bool("JOBS_BATCH_IDEMPOTENT_COMPLETIONS"
 # that poll instead of a trip through django-q2's broker (Q_POLL). 0: return at once.
 JOBS_LINGER_SECONDS = env_float("JOBS_LINGER_SECONDS", 2.0, minimum=0)  # seconds
 JOBS_LINGER_POLL_SECONDS = env_float("JOBS_LINGER_POLL_SECONDS", 0.05, minimum=0.01)  # seconds
+# Next to a long transaction a claim starts its due scan at a per-process floor on run_after
+# and scans in full at least every JOBS_CLAIM_FULL_SCAN_SECONDS (0: always in full); the
+# floor stays JOBS_CLAIM_FLOOR_MARGIN_SECONDS below the first due row a scan saw (issue 32).
+JOBS_CLAIM_FULL_SCAN_SECONDS = env_float("JOBS_CLAIM_FULL_SCAN_SECONDS", 1.0, minimum=0)  # s
+JOBS_CLAIM_FLOOR_MARGIN_SECONDS = env_float("JOBS_CLAIM_FLOOR_MARGIN_SECONDS", 1.0, minimum=0)  # s
 JOBS_POLL_SECONDS = env_float("JOBS_POLL_SECONDS", 1.0, minimum=0.05)  # run_jobs idle sleep
 # --- inbound email ------------------------------------------------------------------------------
 # Where SES drops inbound mail: "s3://bucket/prefix" (AWS credentials, region and
