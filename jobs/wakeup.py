@@ -210,11 +210,13 @@ class WakeListener:
         self.checks += 1
         floor = self._floor.current() if self._found_due else self._floor.bound()
         # bounded, like every query on this connection
+        sent = time.monotonic()
         scanned_at, first_due = self._ping(_due_now_sql(floor))
+        seen = first_due if first_due is not None else scanned_at
         self._floor.saw(
             bound=floor,
-            run_afters=[] if first_due is None else [_from_epoch(first_due)],
-            scanned_at=None if scanned_at is None else _from_epoch(scanned_at),
+            seen=None if seen is None else _from_epoch(seen),
+            took=time.monotonic() - sent,
         )
         self._found_due = first_due is not None
         if first_due is None:
