@@ -33,10 +33,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = "this checkout"
-# A row of bench/jobs.py's table: name, jobs/s, worker, server and total µs/job, rounds.
+# A row of bench/jobs.py's table: name, jobs/s, worker and server µs/job, the total (not
+# printed by older revisions), then the rounds.
 ROW = re.compile(
-    r"^  (?P<name>\S.*?)\s+(?P<rate>\d+)\s+(?P<worker>\d+)\s+(?P<server>\d+)\s+(?P<total>\d+)"
-    r"\s+\d"
+    r"^  (?P<name>\S.*?)\s{2,}(?P<rate>\d+)\s+(?P<worker>\d+)\s+(?P<server>\d+)"
+    r"(?:\s+(?P<total>\d+))?\s+\d"
 )
 # The runner whose completions skip the WAL flush: the same work in every revision.
 RUNNER_NAMES = ("runner, idempotent kind", "jobs runner (run_pending)")

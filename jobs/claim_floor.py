@@ -11,10 +11,11 @@ checks on the index tuple, so the dead entries below it cost no heap visit. A ro
 could hide (a job given back with its old `run_after`, a back-dated INSERT, a row skipped
 because another transaction held its lock, rows of a lower priority than the batch just
 taken) is found by a full scan (no floor) every JOBS_CLAIM_FULL_SCAN_SECONDS, or, while the
-snapshot makes full scans slow, every twenty times the last one's duration (FULL_SCAN_SHARE):
-a floor only delays, it never loses. The floor stays JOBS_CLAIM_FLOOR_MARGIN_SECONDS below
-what a scan saw, so rows committed a little out of `run_after` order (concurrent producers,
-a give-back right after a claim) are found by the next claim, not the next full scan.
+snapshot makes full scans slow, every twenty times the last one's duration (FULL_SCAN_SHARE,
+at most every FULL_SCAN_MAX_PERIOD_SECONDS): a floor only delays, it never loses. The floor
+stays JOBS_CLAIM_FLOOR_MARGIN_SECONDS below what a scan saw, so rows committed a little out
+of `run_after` order (concurrent producers, a give-back right after a claim) are found by
+the next claim, not the next full scan.
 
 One per process for the runner (a drain runs one claim at a time; the lock is for the
 keeper's thread and for tests), like the connection it scans with; the wake-up listener
@@ -37,6 +38,10 @@ from jobs.conf import get_config
 # the process's time, however long the pin (issue 32, point 1), and what a floor hides waits
 # longer only while a snapshot makes the full scan slow.
 FULL_SCAN_SHARE = 0.05
+# The longest period that share may make: what `took` measures is the whole statement (its
+# completions, a lock wait, a slow commit), so one statement stalled for minutes must not
+# keep what a floor hides waiting for an hour.
+FULL_SCAN_MAX_PERIOD_SECONDS = 30.0
 
 
 class ClaimFloor:
@@ -50,7 +55,7 @@ class ClaimFloor:
 
     def period(self) -> float:
         """Seconds between full scans: JOBS_CLAIM_FULL_SCAN_SECONDS, or longer while the
-        last full scan was slow (FULL_SCAN_SHARE)."""
+        last full scan was slow (FULL_SCAN_SHARE), up to FULL_SCAN_MAX_PERIOD_SECONDS."""
         with self._lock:
             return self._period_locked()
 
@@ -58,7 +63,8 @@ class ClaimFloor:
         configured = get_config().claim_full_scan_seconds
         if configured <= 0:
             return 0.0  # every scan in full, as the setting says
-        return max(configured, self._full_scan_took / FULL_SCAN_SHARE)
+        spaced = min(self._full_scan_took / FULL_SCAN_SHARE, FULL_SCAN_MAX_PERIOD_SECONDS)
+        return max(configured, spaced)
 
     def bound(self) -> datetime | None:
         """The floor for the next scan; None (scan in full) when there is none yet or the

@@ -261,14 +261,15 @@ def _send_step(
         # JOBS_CLAIM_FULL_SCAN_SECONDS, less often while full scans are slow), so an old
         # snapshot's dead entries below it cost no heap visit.
         floor = claim_floor.bound() if claim else None
-        sent = time.monotonic()
+        slow = slow_kinds.get(get_config().hold_unstarted_seconds) if claim else ()
+        sent = time.monotonic()  # the statement's time, not the slow-kind read's
         step = services.job_runner_step(
             worker=worker,
             done=_ago(done),
             claim=claim,
             want_more=want_more,
             durable=_must_flush(done),
-            slow_kinds=slow_kinds.get(get_config().hold_unstarted_seconds) if claim else (),
+            slow_kinds=slow,
             floor=floor,
         )
         claim_floor.saw(bound=floor, seen=step.seen_floor, took=time.monotonic() - sent)

@@ -203,8 +203,9 @@ class WakeListener:
         as the runner's claim does: next to an old snapshot, the dead entries of the jobs
         claimed since cost it no heap visit. While its checks find due jobs it keeps the
         floor (the workers woken scan in full on their own); when a floored check finds
-        nothing, a timer brings a full check once JOBS_CLAIM_FULL_SCAN_SECONDS have passed
-        since the last: a job given back or back-dated below the floor still wakes a worker.
+        nothing, a timer brings a full check once its floor's period (`ClaimFloor.period()`)
+        has passed since the last: a job given back or back-dated below the floor still
+        wakes a worker.
         """
         assert self.connection is not None
         self.checks += 1

@@ -38,6 +38,8 @@ class RollupTicker:
 
     def __init__(self, *, interval: float | None = None) -> None:
         self.interval = interval if interval is not None else get_config().rollup_seconds
+        if self.interval <= 0:
+            raise ValueError(f"rollup interval {self.interval!r} must be above 0 seconds")
         self.rollups = 0  # that moved at least one delta
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -48,9 +50,11 @@ class RollupTicker:
         self._thread.start()
 
     def stop(self) -> None:
+        """End the thread; wait a little for a rollup under way (one transaction: one cut
+        short by the process's exit moves nothing, and the next rollup moves it all)."""
         self._stopping.set()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=5)
 
     def _run(self) -> None:
         try:

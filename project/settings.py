@@ -286,7 +286,7 @@ JOBS_LINGER_SECONDS = env_float("JOBS_LINGER_SECONDS", 2.0, minimum=0)  # second
 JOBS_LINGER_POLL_SECONDS = env_float("JOBS_LINGER_POLL_SECONDS", 0.05, minimum=0.01)  # seconds
 # Next to a long transaction a claim starts its due scan at a per-process floor on run_after
 # and scans in full every JOBS_CLAIM_FULL_SCAN_SECONDS (0: always in full; while the full scan
-# is slow, every twenty times its duration, jobs/claim_floor.py); the
+# is slow, every twenty times its duration up to 30 s, jobs/claim_floor.py); the
 # floor stays JOBS_CLAIM_FLOOR_MARGIN_SECONDS below the first due row a scan saw (issue 32).
 JOBS_CLAIM_FULL_SCAN_SECONDS = env_float("JOBS_CLAIM_FULL_SCAN_SECONDS", 1.0, minimum=0)  # s
 JOBS_CLAIM_FLOOR_MARGIN_SECONDS = env_float("JOBS_CLAIM_FLOOR_MARGIN_SECONDS", 1.0, minimum=0)  # s

@@ -21,7 +21,12 @@ import pytest
 from django.db import connection
 
 from jobs import enqueue
-from jobs.claim_floor import FULL_SCAN_SHARE, ClaimFloor, claim_floor
+from jobs.claim_floor import (
+    FULL_SCAN_MAX_PERIOD_SECONDS,
+    FULL_SCAN_SHARE,
+    ClaimFloor,
+    claim_floor,
+)
 from jobs.models import Job
 from jobs.runner import run_pending
 from jobs.services import job_runner_step
@@ -205,11 +210,15 @@ def test_a_slow_full_scan_puts_the_next_one_further_off(settings):
     slow = ClaimFloor()
     slow.saw(bound=None, seen=now, took=0.5)
     assert slow.bound() is not None  # the next scan starts at the floor, not in full
-    assert 9.5 <= slow.seconds_to_full_scan() <= 0.5 / FULL_SCAN_SHARE
+    assert 5 <= slow.seconds_to_full_scan() <= 0.5 / FULL_SCAN_SHARE
 
     fast = ClaimFloor()
     fast.saw(bound=None, seen=now, took=0.002)
     assert fast.seconds_to_full_scan() <= 1  # the setting's period, as without a snapshot
+
+    stalled = ClaimFloor()  # a statement stalled for minutes (a lock, a slow commit)
+    stalled.saw(bound=None, seen=now, took=600)
+    assert stalled.period() == FULL_SCAN_MAX_PERIOD_SECONDS  # not 200 minutes
 
     settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 0  # "every scan in full" still means that
     assert slow.bound() is None
