@@ -10,10 +10,12 @@ claim keeps `run_after >= floor`, an Index Cond on the index's second column tha
 checks on the index tuple, so the dead entries below it cost no heap visit. A row the floor
 could hide (a job given back with its old `run_after`, a back-dated INSERT, a row skipped
 because another transaction held its lock, rows of a lower priority than the batch just
-taken) is found by a full scan (no floor) at least every JOBS_CLAIM_FULL_SCAN_SECONDS: a
-floor only delays, it never loses. The floor stays JOBS_CLAIM_FLOOR_MARGIN_SECONDS below
-what a scan saw, so rows committed a little out of `run_after` order (concurrent producers,
-a give-back right after a claim) are found by the next claim, not the next full scan.
+taken) is found by a full scan (no floor) every JOBS_CLAIM_FULL_SCAN_SECONDS, or, while the
+snapshot makes full scans slow, every twenty times the last one's duration (FULL_SCAN_SHARE,
+at most every FULL_SCAN_MAX_PERIOD_SECONDS): a floor only delays, it never loses. The floor
+stays JOBS_CLAIM_FLOOR_MARGIN_SECONDS below what a scan saw, so rows committed a little out
+of `run_after` order (concurrent producers, a give-back right after a claim) are found by
+the next claim, not the next full scan.
 
 One per process for the runner (a drain runs one claim at a time; the lock is for the
 keeper's thread and for tests), like the connection it scans with; the wake-up listener
@@ -24,10 +26,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from jobs.conf import get_config
+
+# The most of a process's time its full scans may take. The full scan walks every dead entry
+# an old snapshot keeps, so its cost grows with the pin (~200 ms after 10 minutes at 1,000
+# jobs/s); once a second in each worker and in the listener, it was a third of a 2-core
+# machine's time after 10 minutes, and all of it later. So the next full scan waits at least
+# the last one's duration divided by this share: the full scans take at most a twentieth of
+# the process's time, however long the pin (issue 32, point 1), and what a floor hides waits
+# longer only while a snapshot makes the full scan slow.
+FULL_SCAN_SHARE = 0.05
+# The longest period that share may make: what `took` measures is the whole statement (its
+# completions, a lock wait, a slow commit), so one statement stalled for minutes must not
+# keep what a floor hides waiting for an hour.
+FULL_SCAN_MAX_PERIOD_SECONDS = 30.0
 
 
 class ClaimFloor:
@@ -37,13 +51,26 @@ class ClaimFloor:
         self._lock = threading.Lock()
         self._floor: datetime | None = None
         self._full_scan_at = float("-inf")  # time.monotonic() of the last full scan
+        self._full_scan_took = 0.0  # seconds the last full scan's statement took
+
+    def period(self) -> float:
+        """Seconds between full scans: JOBS_CLAIM_FULL_SCAN_SECONDS, or longer while the
+        last full scan was slow (FULL_SCAN_SHARE), up to FULL_SCAN_MAX_PERIOD_SECONDS."""
+        with self._lock:
+            return self._period_locked()
+
+    def _period_locked(self) -> float:
+        configured = get_config().claim_full_scan_seconds
+        if configured <= 0:
+            return 0.0  # every scan in full, as the setting says
+        spaced = min(self._full_scan_took / FULL_SCAN_SHARE, FULL_SCAN_MAX_PERIOD_SECONDS)
+        return max(configured, spaced)
 
     def bound(self) -> datetime | None:
         """The floor for the next scan; None (scan in full) when there is none yet or the
-        last full scan is JOBS_CLAIM_FULL_SCAN_SECONDS old."""
-        full_scan_seconds = get_config().claim_full_scan_seconds
+        last full scan is a period old (`period()`)."""
         with self._lock:
-            if time.monotonic() - self._full_scan_at >= full_scan_seconds:
+            if time.monotonic() - self._full_scan_at >= self._period_locked():
                 return None
             return self._floor
 
@@ -54,29 +81,24 @@ class ClaimFloor:
 
     def seconds_to_full_scan(self) -> float:
         """How long until `bound()` asks for a full scan again (0: the next one is)."""
-        full_scan_seconds = get_config().claim_full_scan_seconds
         with self._lock:
-            return max(0.0, self._full_scan_at + full_scan_seconds - time.monotonic())
+            return max(0.0, self._full_scan_at + self._period_locked() - time.monotonic())
 
-    def saw(
-        self,
-        *,
-        bound: datetime | None,
-        run_afters: Iterable[datetime],
-        scanned_at: datetime | None,
-    ) -> None:
-        """What a scan with `bound` saw: the `run_after` of each row it claimed and the
-        database's clock it scanned at (None: it did not scan). Below the earliest of them
-        it found no live due row that was not locked (the rows it took come first in claim
-        order); none at all when it took nothing. A floored scan only raises the floor."""
-        if scanned_at is None:
+    def saw(self, *, bound: datetime | None, seen: datetime | None, took: float = 0.0) -> None:
+        """What a scan with `bound` saw: the `run_after` of the first row it found (the
+        earliest of those it claimed), or the database's clock it scanned at when it found
+        none (None: it did not scan), and how many seconds its statement took. Below `seen`
+        it found no live due row that was not locked: the rows it took come first in claim
+        order. A floored scan only raises the floor; a full one also sets when the next
+        comes (`period()`)."""
+        if seen is None:
             return
-        margin = timedelta(seconds=get_config().claim_floor_margin_seconds)
-        seen = min([scanned_at, *run_afters]) - margin
+        seen -= timedelta(seconds=get_config().claim_floor_margin_seconds)
         with self._lock:
             if bound is None:
                 self._floor = seen
                 self._full_scan_at = time.monotonic()
+                self._full_scan_took = max(0.0, took)
             elif self._floor is not None:
                 self._floor = max(self._floor, seen)
 
@@ -85,6 +107,7 @@ class ClaimFloor:
         with self._lock:
             self._floor = None
             self._full_scan_at = float("-inf")
+            self._full_scan_took = 0.0
 
 
 claim_floor = ClaimFloor()

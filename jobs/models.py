@@ -204,7 +204,7 @@ class JobCount(models.Model):
     """How many job rows have each (kind, status), as of the last rollup: the admin,
     worker_status and the health page read counts without scanning a million rows (issue
     20, bench/console.py). Since migration 0011 (issue 32) the triggers append JobCountDelta
-    rows and `jobs_count_rollup()` adds them here once a minute (shard 0); rows of shards
+    rows and `jobs_count_rollup()` adds them here every few seconds (shard 0); rows of shards
     1-15 were written per statement by the triggers before it. Sum over shards, plus the
     pending deltas, to read (jobs.selectors).
     """
@@ -230,7 +230,7 @@ class JobCountDelta(models.Model):
     triggers of migration 0011 in the transaction of every INSERT, UPDATE and DELETE of
     jobs_job (issue 32). Append-only: no job's path updates a row another job writes, so a
     snapshot held for minutes elsewhere piles no versions on a shared row. The rollup
-    (`jobs.counts.job_counts_roll_up`, every minute) moves the rows into JobCount; readers sum
+    (`ops.rollups.counters_roll_up`, every few seconds) moves the rows into JobCount; readers sum
     both (jobs.selectors), so counts stay exact between rollups.
     """
 

@@ -217,10 +217,12 @@ def _due_within(
         else:
             linger_signal.wait(wait)  # the listener's nudge ends it early
         floor = claim_floor.bound()  # as the claim's scan (issue 32, point 1)
+        sent = time.monotonic()
         seen = selectors.job_due_or_task_waiting(now=timezone.now(), floor=floor)
-        due = [] if seen.due_run_after is None else [seen.due_run_after]
-        claim_floor.saw(bound=floor, run_afters=due, scanned_at=seen.scanned_at)
-        if due:
+        claim_floor.saw(
+            bound=floor, seen=seen.due_run_after or seen.scanned_at, took=time.monotonic() - sent
+        )
+        if seen.due_run_after is not None:
             return True
         if seen.task_waiting:
             return False
@@ -255,20 +257,22 @@ def _send_step(
     def send() -> services.Step:
         nonlocal tries
         tries += 1
-        # Issue 32, point 1: the scan starts at this process's floor (a full scan at least
-        # every JOBS_CLAIM_FULL_SCAN_SECONDS), so an old snapshot's dead entries below it
-        # cost no heap visit.
+        # Issue 32, point 1: the scan starts at this process's floor (a full scan every
+        # JOBS_CLAIM_FULL_SCAN_SECONDS, less often while full scans are slow), so an old
+        # snapshot's dead entries below it cost no heap visit.
         floor = claim_floor.bound() if claim else None
+        slow = slow_kinds.get(get_config().hold_unstarted_seconds) if claim else ()
+        sent = time.monotonic()  # the statement's time, not the slow-kind read's
         step = services.job_runner_step(
             worker=worker,
             done=_ago(done),
             claim=claim,
             want_more=want_more,
             durable=_must_flush(done),
-            slow_kinds=slow_kinds.get(get_config().hold_unstarted_seconds) if claim else (),
+            slow_kinds=slow,
             floor=floor,
         )
-        claim_floor.saw(bound=floor, run_afters=step.run_afters, scanned_at=step.scanned_at)
+        claim_floor.saw(bound=floor, seen=step.seen_floor, took=time.monotonic() - sent)
         return step
 
     step = _reconnecting(send, reconnect, stop=stop, deadline=deadline)

@@ -16,8 +16,8 @@ import secrets
 import socket
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -110,8 +110,9 @@ class Step:
     released: int  # of `release`, how many were given back
     claimed: list[ClaimedJob]  # in claim order; the caller starts them one after another
     more_due: bool  # another due job is waiting beyond these (only looked for when asked)
-    run_afters: list[datetime] = field(default_factory=list)  # of the claimed rows
-    scanned_at: datetime | None = None  # the database's clock at the due scan (None: none)
+    # The earliest `run_after` claimed, or the database's clock at the due scan when it
+    # claimed nothing (None: no scan): what the claim floor keeps (jobs/claim_floor.py).
+    seen_floor: datetime | None = None
 
 
 def job_runner_step(
@@ -143,7 +144,8 @@ def job_runner_step(
     3; migration jobs/0013, `jobs_runner_step_v2`). With `floor`, the due scan keeps only
     rows due at or after it, a bound checked on the claim index's entries, so the dead
     entries an old snapshot keeps below it cost no heap visit (issue 32, point 1; migration
-    jobs/0014, `jobs_runner_step_v3`; the runner's floor is jobs/claim_floor.py).
+    jobs/0014, `jobs_runner_step_v3`, and 0015's `jobs_runner_step_v4`, which returns the floor
+    it saw as one float; the runner's floor is jobs/claim_floor.py).
 
     Runs in the caller's transaction: in autocommit mode (the runner) it commits alone;
     inside a transaction the caller's commit decides. `want_more` asks whether another due
@@ -185,7 +187,7 @@ def job_runner_step(
     completed, released = rows[0][0], rows[0][1]
     claimed = [
         ClaimedJob(id=pk, kind=kind, payload=_json(payload), attempts=attempts, max_attempts=m)
-        for _c, _r, pk, kind, payload, attempts, m, _more, _run_after, _at in rows
+        for _c, _r, pk, kind, payload, attempts, m, _more, _seen in rows
         if pk is not None
     ]
     return Step(
@@ -193,8 +195,7 @@ def job_runner_step(
         released=released,
         claimed=claimed,
         more_due=bool(rows[0][7]),
-        run_afters=[row[8] for row in rows if row[2] is not None],
-        scanned_at=rows[0][9],
+        seen_floor=None if rows[0][8] is None else datetime.fromtimestamp(rows[0][8], UTC),
     )
 
 
@@ -262,7 +263,7 @@ RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run
 # server session; the statement is there, with why each part is as it is). Nothing is kept
 # in the client's session, so it works behind PgBouncer in transaction pooling.
 _RUNNER_STEP_SQL = (
-    "SELECT * FROM jobs_runner_step_v3(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
+    "SELECT * FROM jobs_runner_step_v4(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
     "%s, %s, %s, %s, %s::text[], %s::timestamptz, %s)"
 )
 

@@ -203,18 +203,21 @@ class WakeListener:
         as the runner's claim does: next to an old snapshot, the dead entries of the jobs
         claimed since cost it no heap visit. While its checks find due jobs it keeps the
         floor (the workers woken scan in full on their own); when a floored check finds
-        nothing, a timer brings a full check once JOBS_CLAIM_FULL_SCAN_SECONDS have passed
-        since the last: a job given back or back-dated below the floor still wakes a worker.
+        nothing, a timer brings a full check once its floor's period (`ClaimFloor.period()`)
+        has passed since the last: a job given back or back-dated below the floor still
+        wakes a worker.
         """
         assert self.connection is not None
         self.checks += 1
         floor = self._floor.current() if self._found_due else self._floor.bound()
         # bounded, like every query on this connection
+        sent = time.monotonic()
         scanned_at, first_due = self._ping(_due_now_sql(floor))
+        seen = first_due if first_due is not None else scanned_at
         self._floor.saw(
             bound=floor,
-            run_afters=[] if first_due is None else [_from_epoch(first_due)],
-            scanned_at=None if scanned_at is None else _from_epoch(scanned_at),
+            seen=None if seen is None else _from_epoch(seen),
+            took=time.monotonic() - sent,
         )
         self._found_due = first_due is not None
         if first_due is None:

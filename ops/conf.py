@@ -31,6 +31,8 @@ class Config:
     task_retention_days: float  # Q_TASK_RETENTION_DAYS: django-q2 task results kept (days)
     # OPS_LONG_TRANSACTION_ALERT_SECONDS: a transaction open longer needs an operator (s)
     long_transaction_alert_seconds: float
+    # OPS_ROLLUP_SECONDS: the qcluster rolls up the counter deltas this often (s)
+    rollup_seconds: float
 
 
 def _str(name: str, default: str) -> str:
@@ -86,6 +88,7 @@ def get_config() -> Config:
         metrics_token=_token(getattr(settings, "METRICS_TOKEN", "")),
         task_retention_days=_days("Q_TASK_RETENTION_DAYS", 30),
         long_transaction_alert_seconds=_seconds("OPS_LONG_TRANSACTION_ALERT_SECONDS", 300),
+        rollup_seconds=_seconds("OPS_ROLLUP_SECONDS", 5),
     )
 
 

@@ -111,7 +111,7 @@ class JobPeriod(models.Model):
 class MetricDelta(models.Model):
     """One statement's (or one row trigger's) observations of one series and bucket,
     appended by migration 0005's triggers (issue 32). Append-only, so no job, mail or
-    notification updates a row another one writes; `ops_series_rollup()` (every minute,
+    notification updates a row another one writes; `ops_series_rollup()` (every few seconds,
     ops.rollups) moves the rows into MetricSeries, and ops.rates sums both."""
 
     metric = models.CharField(max_length=64)
@@ -128,7 +128,7 @@ class MetricDelta(models.Model):
 class JobPeriodDelta(models.Model):
     """One statement's attempts of one kind in one 30-minute period (JobPeriod's columns,
     no shard), appended by migration 0005's statement trigger (issue 32) and moved into
-    JobPeriod by `ops_series_rollup()` every minute; ops.job_periods sums both."""
+    JobPeriod by `ops_series_rollup()` every few seconds; ops.job_periods sums both."""
 
     start = models.DateTimeField()
     kind = models.CharField(max_length=100)

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import chain
 
 from django.db import connection
 from django.db.models import QuerySet
-from django.db.models.functions import Now
 
-from ops.job_periods import DURATION_BOUNDS
-from ops.models import JobPeriod, JobPeriodDelta, RefusedTask
+from ops.job_periods import DURATION_BOUNDS, period_totals
+from ops.models import RefusedTask
 
 
 def tasks_refused() -> QuerySet[RefusedTask]:
@@ -72,16 +70,11 @@ def job_kinds_slower_than(*, seconds: float, window: timedelta = timedelta(hours
     A kind with no recent attempt is not slow: the keeper gives back behind it if it is.
     """
     quick_buckets = max(1, sum(1 for bound in DURATION_BOUNDS if bound <= seconds))
-    totals: dict[str, list[int]] = {}
     # Rolled up and not yet rolled up (issue 32: the trigger appends JobPeriodDelta rows,
-    # folded into JobPeriod every minute): a kind that ran long a moment ago counts.
-    since = Now() - window
-    rows = chain(
-        JobPeriod.objects.filter(start__gte=since).values_list("kind", "durations"),
-        JobPeriodDelta.objects.filter(start__gte=since).values_list("kind", "durations"),
-    )
-    for kind, durations in rows:
-        counts = totals.setdefault(kind, [0, 0])
-        counts[0] += sum(durations[:quick_buckets])
-        counts[1] += sum(durations[quick_buckets:])
-    return sorted(kind for kind, (quick, slow) in totals.items() if slow > quick)
+    # folded into JobPeriod every few seconds): a kind that ran long a moment ago counts.
+    # Summed in SQL (period_totals): each worker reads this every SLOW_KINDS_READ_SECONDS.
+    slow = []
+    for kind, totals in period_totals(window=window).items():
+        if sum(totals.durations[quick_buckets:]) > sum(totals.durations[:quick_buckets]):
+            slow.append(kind)
+    return sorted(slow)

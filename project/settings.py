@@ -285,7 +285,8 @@ JOBS_BATCH_IDEMPOTENT_COMPLETIONS = env_bool("JOBS_BATCH_IDEMPOTENT_COMPLETIONS"
 JOBS_LINGER_SECONDS = env_float("JOBS_LINGER_SECONDS", 2.0, minimum=0)  # seconds
 JOBS_LINGER_POLL_SECONDS = env_float("JOBS_LINGER_POLL_SECONDS", 0.05, minimum=0.01)  # seconds
 # Next to a long transaction a claim starts its due scan at a per-process floor on run_after
-# and scans in full at least every JOBS_CLAIM_FULL_SCAN_SECONDS (0: always in full); the
+# and scans in full every JOBS_CLAIM_FULL_SCAN_SECONDS (0: always in full; while the full scan
+# is slow, every twenty times its duration up to 30 s, jobs/claim_floor.py); the
 # floor stays JOBS_CLAIM_FLOOR_MARGIN_SECONDS below the first due row a scan saw (issue 32).
 JOBS_CLAIM_FULL_SCAN_SECONDS = env_float("JOBS_CLAIM_FULL_SCAN_SECONDS", 1.0, minimum=0)  # s
 JOBS_CLAIM_FLOOR_MARGIN_SECONDS = env_float("JOBS_CLAIM_FLOOR_MARGIN_SECONDS", 1.0, minimum=0)  # s
@@ -449,3 +450,6 @@ PUBLIC_BASE_URL = env_str("PUBLIC_BASE_URL", "")
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # A transaction open longer than this (seconds) is listed as needing an operator (issue 32).
 OPS_LONG_TRANSACTION_ALERT_SECONDS = env_float("OPS_LONG_TRANSACTION_ALERT_SECONDS", 300, minimum=1)
+# The qcluster rolls up the counters' append-only deltas this often (ops/rollup_ticker.py):
+# every reader sums the deltas not rolled up yet, so fewer of them keep the console fast.
+OPS_ROLLUP_SECONDS = env_float("OPS_ROLLUP_SECONDS", 5, minimum=0.1)

@@ -21,6 +21,12 @@ import pytest
 from django.db import connection
 
 from jobs import enqueue
+from jobs.claim_floor import (
+    FULL_SCAN_MAX_PERIOD_SECONDS,
+    FULL_SCAN_SHARE,
+    ClaimFloor,
+    claim_floor,
+)
 from jobs.models import Job
 from jobs.runner import run_pending
 from jobs.services import job_runner_step
@@ -89,7 +95,7 @@ def test_next_to_an_old_snapshot_a_claim_reads_no_dead_entry_below_its_floor(set
 
 
 def test_the_floor_and_the_due_bound_are_index_conds_of_the_runners_scan():
-    """The plan of the claim inside jobs_runner_step_v3 (auto_explain, nested statements,
+    """The plan of the claim inside jobs_runner_step_v4 (auto_explain, nested statements,
     sent to this client as a NOTICE): both bounds on run_after are checked on the index
     entries of jobs_job_claim_idx, not after fetching the row."""
     _insert_due(200, hours_ago=1)
@@ -191,3 +197,45 @@ def test_a_back_dated_insert_below_the_listeners_floor_still_wakes_a_worker(sett
         _insert_due(1, hours_ago=1)  # its NOTIFY says "due now"; the row is below the floor
         wait_until(lambda: listener.wakes_sent > sent, "a wake task after a full check", 30)
     assert wake_tasks_in_broker()[0] >= 1
+
+
+def test_a_slow_full_scan_puts_the_next_one_further_off(settings):
+    """Next to an old snapshot the full scan walks every dead entry (~200 ms after 10
+    minutes at 1,000 jobs/s): once a second in each worker and in the listener, that was a
+    third of a 2-core machine. A full scan that took `t` seconds is followed by the next no
+    sooner than t / FULL_SCAN_SHARE (20 t): at most a twentieth of the process's time."""
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 1
+    now = _db_clock()
+
+    slow = ClaimFloor()
+    slow.saw(bound=None, seen=now, took=0.5)
+    assert slow.bound() is not None  # the next scan starts at the floor, not in full
+    assert 5 <= slow.seconds_to_full_scan() <= 0.5 / FULL_SCAN_SHARE
+
+    fast = ClaimFloor()
+    fast.saw(bound=None, seen=now, took=0.002)
+    assert fast.seconds_to_full_scan() <= 1  # the setting's period, as without a snapshot
+
+    stalled = ClaimFloor()  # a statement stalled for minutes (a lock, a slow commit)
+    stalled.saw(bound=None, seen=now, took=600)
+    assert stalled.period() == FULL_SCAN_MAX_PERIOD_SECONDS  # not 200 minutes
+
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 0  # "every scan in full" still means that
+    assert slow.bound() is None
+
+
+def test_the_runner_tells_its_floor_how_long_a_full_scan_took(settings):
+    """What sets the period: the runner's full scan next to a snapshot that keeps many dead
+    entries."""
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 0.001  # the full scan's duration sets the period
+    _insert_due(DEAD, hours_ago=1)
+    with other_session(application_name="report") as report:
+        report.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        report.execute("SELECT count(*) FROM jobs_job").fetchone()
+        assert run_pending().completed == DEAD  # dead, unremovable entries
+        claim_floor.forget()
+        assert run_pending().completed == 0  # a full scan over the dead entries
+        # Its duration, times twenty (any round trip takes more than the 50 µs that would
+        # leave the setting's period).
+        assert claim_floor.period() > 0.001
+        report.rollback()

@@ -135,3 +135,35 @@ def test_a_value_on_a_bound_counts_in_that_bucket():
     _attempt("edge.kind", wait=1, took=0.5)
     edge = _table()["edge.kind"]
     assert (edge.p95_duration, edge.p95_wait) == ("≤ 0.5 s", "≤ 1 s")
+
+
+def test_a_period_row_with_other_buckets_is_refused_not_misread():
+    """A hand-edited (or another release's) row whose histograms have another number of
+    buckets would misplace counts once summed bucket by bucket: refused, naming the kind."""
+    _attempt("tests.noop", wait=0.2, took=0.2)
+    JobPeriod.objects.create(
+        start=timezone.now().replace(minute=0, second=0, microsecond=0),
+        kind="tests.edited",
+        shard=7,
+        completed=1,
+        durations=[1, 0, 0],
+        waits=[0] * (len(WAIT_BOUNDS) + 1),
+    )
+    with pytest.raises(ValueError, match="'tests.edited'"):
+        _table()
+
+
+def test_the_table_sums_rolled_up_rows_and_pending_deltas_bucket_by_bucket():
+    """Two kinds, rolled up and not: every bucket of both histograms adds up."""
+    from ops.rollups import counters_roll_up
+
+    _attempt("tests.noop", wait=0.2, took=0.07)  # wait bucket 2, duration bucket 2
+    _attempt("tests.log", wait=20, took=3)  # wait bucket 7, duration bucket 7
+    counters_roll_up()
+    _attempt("tests.noop", wait=0.2, took=0.07)  # a delta, not rolled up
+    table = _table()
+    assert table["tests.noop"].completed == 2
+    assert table["tests.noop"].durations == [0, 2] + [0] * (len(DURATION_BOUNDS) - 1)
+    assert table["tests.noop"].waits == [0, 2] + [0] * (len(WAIT_BOUNDS) - 1)
+    assert table["tests.log"].durations[6] == 1 and sum(table["tests.log"].durations) == 1
+    assert table["tests.log"].waits[6] == 1 and sum(table["tests.log"].waits) == 1

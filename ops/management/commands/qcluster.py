@@ -1,5 +1,6 @@
 """django-q2's qcluster, preceded by `ensure_schedules()` so the schedules always match code,
-and followed by the job wake-up listener in this (the cluster's main) process."""
+and followed by the job wake-up listener in this (the cluster's main) process, beside its
+process beacon and the counter rollup every OPS_ROLLUP_SECONDS (ops/rollup_ticker.py)."""
 
 import os
 
@@ -10,6 +11,7 @@ from django_q.management.commands.qcluster import Command as DjangoQClusterComma
 from jobs import linger_signal
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
+from ops.rollup_ticker import rollup_ticker_running
 from ops.schedules import disable_unknown_schedules, disabled_line, ensure_schedules
 from processes.beacon import beacon_running
 
@@ -44,6 +46,7 @@ class Command(DjangoQClusterCommand):
             return
         listener = WakeListener(workers=get_config().cluster_workers)
         # Registered after the sentinel forked (no child inherits the beat thread); each
-        # worker process registers itself on post_spawn (processes.apps).
-        with beacon_running(role="qcluster"):
+        # worker process registers itself on post_spawn (processes.apps). The counter
+        # rollup's thread likewise (issue 32, point 3: the readers sum few deltas).
+        with beacon_running(role="qcluster"), rollup_ticker_running():
             listener.run(should_stop=lambda: not cluster.sentinel.is_alive())
