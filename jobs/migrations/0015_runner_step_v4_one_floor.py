@@ -6,7 +6,11 @@ clock of its scan: two timestamptz for the worker to parse per job, of which the
 worker CPU a job, a fifth of the runner's own (issue 32, point 5: keep the speed).
 `jobs_runner_step_v4` takes the same arguments and returns, instead of those two columns,
 `seen_floor`: the earliest `run_after` it claimed, or its clock when it claimed nothing, as
-epoch seconds.
+epoch seconds. And its due scan keeps 0013's upper bound, `run_after <= clock_timestamp()`
+(a filter), with the floor alone a value (an Index Cond): with both bounds values, the
+generic plan's estimate of a two-sided range made every custom plan look cheaper, and
+PL/pgSQL planned v3's statement anew at every call, 10 to 15 µs of server CPU a job. The
+scan's clock (`v_now`, read before it) is still the floor it saw when it claims nothing.
 
 Expand/contract (invariant I23): 0010's `jobs_runner_step`, 0013's `jobs_runner_step_v2` and
 0014's `jobs_runner_step_v3` stay for the releases that call them; a later release's
@@ -76,17 +80,20 @@ BEGIN
             NULL::integer, NULL::integer, false, NULL::float8;
         RETURN;
     END IF;
-    -- The due scan's bounds are values, not clock_timestamp() (volatile, so only a filter
-    -- after the heap visit): both are Index Conds on jobs_job_claim_idx's second column,
-    -- checked on the index tuple. Below the caller's floor the scan walks the entries of
-    -- rows claimed since an old snapshot began without visiting their dead heap tuples.
+    -- The floor is a value, an Index Cond on jobs_job_claim_idx's second column checked on
+    -- the index tuple: below the caller's floor the scan walks the entries of rows claimed
+    -- since an old snapshot began without visiting their dead heap tuples. The upper bound
+    -- stays clock_timestamp(), a filter, as in 0013: with both bounds values (0014), the
+    -- generic plan's estimate for a two-sided range made every custom plan look cheaper,
+    -- so PL/pgSQL planned this statement anew at every call (10-15 µs a job of server CPU,
+    -- bench/jobs.py); with one, the plan is made once per session and reused.
     v_now := clock_timestamp();
     RETURN QUERY
     WITH due AS (
         SELECT j.id, j.priority, j.run_after, pg_column_size(j.payload) AS size,
             j.kind = ANY(p_slow_kinds) AS slow
         FROM jobs_job AS j
-        WHERE j.status = 'queued' AND j.run_after <= v_now AND j.run_after >= v_floor
+        WHERE j.status = 'queued' AND j.run_after <= clock_timestamp() AND j.run_after >= v_floor
           AND j.attempts < j.max_attempts
           AND j.kind NOT IN (SELECT p.kind FROM jobs_pausedkind AS p)  -- issue 20
           AND NOT (j.id = ANY(coalesce(p_release, '{}')))  -- given back just now: not again
@@ -119,7 +126,7 @@ BEGIN
         c.id, c.kind::text, c.payload, c.attempts::integer, c.max_attempts::integer,
         p_more AND EXISTS (
             SELECT 1 FROM jobs_job AS other
-            WHERE other.status = 'queued' AND other.run_after <= v_now
+            WHERE other.status = 'queued' AND other.run_after <= clock_timestamp()
               AND other.run_after >= v_floor AND other.attempts < other.max_attempts
               AND other.id NOT IN (SELECT pick.id FROM pick)
               AND other.kind NOT IN (SELECT p.kind FROM jobs_pausedkind AS p)
