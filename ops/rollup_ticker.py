@@ -64,7 +64,7 @@ class RollupTicker:
                 except Exception as exc:  # noqa: BLE001 - the ticker's one catch-all: log, try next tick
                     self._quiet.failed(
                         exc,
-                        "counter rollup failed",
+                        "counter rollup: could not fold the counter deltas",
                         then=f"; trying again in {self.interval:g} s",
                         extra={"action": "counters_rollup_failed"},
                     )

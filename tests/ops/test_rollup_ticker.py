@@ -81,7 +81,7 @@ def test_a_failing_rollup_is_one_line_then_a_line_when_it_works_again(caplog):
                 "jobs_count_rollup; EXCEPTION WHEN undefined_function THEN NULL; END $$"
             )
     lines = [r for r in caplog.records if r.name == "ops.rollup_ticker"]
-    failed = [r for r in lines if "counter rollup failed" in r.getMessage()]
+    failed = [r for r in lines if "counter rollup: could not fold" in r.getMessage()]
     assert len(failed) == 1, [r.getMessage() for r in lines]
     assert "jobs_count_rollup() does not exist" in failed[0].getMessage()
     assert failed[0].levelno == logging.ERROR  # not a lost connection: it needs a look

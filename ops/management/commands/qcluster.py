@@ -5,6 +5,7 @@ process beacon and the counter rollup every OPS_ROLLUP_SECONDS (ops/rollup_ticke
 import os
 
 from django.conf import settings
+from django.db import connections
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 
@@ -39,6 +40,10 @@ class Command(DjangoQClusterCommand):
         # inherits it; Ctrl-C / SIGTERM go to django-q2's handler, which stops the cluster,
         # and the listener ends with it.
         linger_signal.open_signal()  # before the fork: every worker inherits the pipe
+        # Nor may any child inherit this process's database connection (ensure_schedules
+        # opened it): a child that closes its copy closes the server's session under this
+        # process, and the listener's first wake task failed on it at every start.
+        connections.close_all()
         cluster = Cluster()
         cluster.start()
         if options.get("run_once", False):
