@@ -21,6 +21,7 @@ from prometheus_client.metrics_core import Metric
 from inbound_email.models import InboundEmail, Reply
 from jobs import registry
 from notifications.models import EmailNotification
+from ops.histogram_sql import bucket_sums
 from ops.models import MetricDelta, MetricSeries
 
 OTHER = "other"
@@ -67,7 +68,7 @@ _SERIES_SQL = f"""
 SELECT metric, label, sum(count)::bigint, sum(sum)::float8, bounds,
     coalesce(bool_or(cardinality(buckets) > {MAX_BUCKETS} OR (cardinality(bounds) > 0
         AND cardinality(buckets) NOT IN (0, cardinality(bounds) + 1))), false),
-    {", ".join(f"coalesce(sum(buckets[{i}]), 0)::bigint" for i in range(1, MAX_BUCKETS + 1))}
+    {bucket_sums("buckets", MAX_BUCKETS)}
 FROM (
     SELECT metric, label, count, sum, bounds, buckets FROM {MetricSeries._meta.db_table}
     UNION ALL
