@@ -245,3 +245,60 @@ def test_the_runner_tells_its_floor_how_long_a_full_scan_took(settings):
         # leave the setting's period).
         assert claim_floor.period() > 0.001
         report.rollback()
+
+
+# --- issue 36, point 4: the floor's two guards, each held by a test that fails without it ---------
+
+
+def test_a_full_scan_lowers_the_floor_to_what_it_saw():
+    """A full scan sees every live due row: its floor is what it saw, even below the floor
+    before it (a job given back, a back-dated INSERT). A full scan that only raised the floor
+    would leave the rows between the two to the next full scan: a delay, which the drains'
+    30 s waits above would hide."""
+    now = _db_clock()
+    margin = timedelta(seconds=1)  # JOBS_CLAIM_FLOOR_MARGIN_SECONDS' default
+    floor = ClaimFloor()
+    floor.saw(bound=None, seen=now)
+    assert floor.current() == now - margin
+    floor.saw(bound=None, seen=now - timedelta(hours=1))  # a full scan found an older row
+    assert floor.current() == now - timedelta(hours=1) - margin
+    floor.saw(bound=floor.current(), seen=now)  # a floored scan only raises it
+    assert floor.current() == now - margin
+    floor.saw(bound=floor.current(), seen=now - timedelta(hours=2))
+    assert floor.current() == now - margin
+
+
+def test_the_rows_a_full_scan_saw_below_the_floor_are_claimed_without_another_full_scan(settings):
+    """The runner's own floor: a full scan that claims one of two old rows (a batch of one)
+    lowers the floor to it, so the next claim, floored, takes the other at once. Full scans
+    are then an hour apart: nothing else would find it."""
+    settings.JOBS_CLAIM_BATCH_SIZE = 1
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 0  # every scan in full
+    _floor_set_above(hours_ago=1)
+    old = _insert_due(2, hours_ago=1)
+    assert run_pending(limit=1).completed == 1  # a full scan: it saw the older row
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 3600  # from here on, every scan floored
+    assert claim_floor.bound() is not None
+    assert run_pending().completed == 1
+    assert Job.objects.filter(id__in=old, status=Status.COMPLETED).count() == 2
+
+
+def test_the_floor_stays_the_margin_below_what_a_scan_saw(settings):
+    """Rows committed a little out of `run_after` order (two producers; a give-back right
+    after a claim) are found by the next claim, not the next full scan: the floor stays
+    JOBS_CLAIM_FLOOR_MARGIN_SECONDS below the first row a scan saw."""
+    settings.JOBS_CLAIM_FLOOR_MARGIN_SECONDS = 5
+    now = _db_clock()
+    floor = ClaimFloor()
+    floor.saw(bound=None, seen=now)
+    assert floor.current() == now - timedelta(seconds=5)
+    floor.saw(bound=floor.current(), seen=now + timedelta(seconds=10))
+    assert floor.current() == now + timedelta(seconds=5)
+
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 3600  # only the first claim scans in full
+    claim_floor.forget()
+    assert run_pending().completed == 0  # a full scan: the floor is its clock, less 5 s
+    (late,) = _insert_due(1, hours_ago=3 / 3600)  # committed now, due 3 s ago
+    assert claim_floor.bound() is not None
+    assert run_pending().completed == 1  # floored, and still found
+    assert Job.objects.get(id=late).status == Status.COMPLETED
