@@ -33,7 +33,6 @@ WHERE NOT EXISTS (
     SELECT 1 FROM jobs_joblane AS l
     WHERE l.kind = lanes.kind AND l.priority = lanes.negated * -1
 )
-ON CONFLICT DO NOTHING
 """
 
 

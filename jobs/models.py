@@ -206,15 +206,16 @@ class JobLane(models.Model):
     (migration 0016) whoever inserts the job: the claim asks each lane that may run for its
     due rows, one range of jobs_job_lane_idx each, and never walks the rows of a lane held
     back (a paused kind; issue 36, point 1). Never updated; a lane with no queued row costs
-    a claim one index descent."""
+    a claim one index descent. Not unique: a unique lane would make a second producer of a
+    brand-new lane wait for the first one's transaction (the conflicting row is not
+    committed yet), so two transactions that queue the first jobs of a lane at once may each
+    write it, and the readers take the distinct lanes."""
 
     kind = models.CharField(max_length=100)
     priority = models.IntegerField()
 
     class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["kind", "priority"], name="jobs_joblane_kind_priority")
-        ]
+        indexes = [models.Index(fields=["kind", "priority"], name="jobs_joblane_kind_priority")]
 
     def __str__(self) -> str:
         return f"{self.kind} (priority {self.priority})"

@@ -111,7 +111,7 @@ def job_attempt_completed_by(*, job_id: int, number: int, worker: str) -> bool:
 _LINGER_SQL = """
 SELECT EXISTS (SELECT 1 FROM django_q_ormq WHERE lock <= %s), clock_timestamp(), (
     SELECT min(first.run_after)
-    FROM jobs_joblane AS lane CROSS JOIN LATERAL (
+    FROM (SELECT DISTINCT kind, priority FROM jobs_joblane) AS lane CROSS JOIN LATERAL (
         SELECT j.run_after FROM jobs_job AS j
         WHERE j.kind = lane.kind AND j.priority * -1 = lane.priority * -1
           AND j.status = 'queued'

@@ -64,8 +64,9 @@ WAKE_LOCK_KEY = 0x6A6F6273_77616B65 & 0x7FFFFFFFFFFFFFFF  # "jobswake": request_
 MAX_TIMERS = 1000  # due times remembered; the look-ahead re-arms after the earliest fires
 # A due job's `run_after` (or its transaction's start) this close above the line no floor
 # can pass (the database's clock less JOBS_CLAIM_FLOOR_MARGIN_SECONDS) is still posted to
-# the claimers: the listener's reading of the database's clock may be this much behind.
-HINT_SLACK_SECONDS = 0.05
+# the claimers: the listener reads the database's clock through a round trip (the look-ahead
+# every JOBS_LISTENER_PING_SECONDS), so its reading may be behind by that trip's return.
+HINT_SLACK_SECONDS = 0.25
 
 
 def wake_tasks_in_broker(*, funcs: dict[int, str] | None = None) -> tuple[int, int]:
@@ -411,7 +412,7 @@ def _due_now_sql(floor: datetime | None) -> str:
     return f"""
 SELECT extract(epoch FROM clock_timestamp()), (
     SELECT extract(epoch FROM min(first.run_after))
-    FROM jobs_joblane AS lane CROSS JOIN LATERAL (
+    FROM (SELECT DISTINCT kind, priority FROM jobs_joblane) AS lane CROSS JOIN LATERAL (
         SELECT j.run_after FROM {_JOBS} AS j
         WHERE j.kind = lane.kind AND j.priority * -1 = lane.priority * -1
           AND j.status = 'queued'
@@ -432,7 +433,7 @@ def _from_epoch(value: bytes) -> datetime:
 _LOOK_AHEAD_SQL = f"""
 SELECT extract(epoch FROM clock_timestamp()), (
     SELECT extract(epoch FROM min(first.run_after))
-    FROM jobs_joblane AS lane CROSS JOIN LATERAL (
+    FROM (SELECT DISTINCT kind, priority FROM jobs_joblane) AS lane CROSS JOIN LATERAL (
         SELECT j.run_after FROM {_JOBS} AS j
         WHERE j.kind = lane.kind AND j.priority * -1 = lane.priority * -1
           AND j.status = 'queued'

@@ -54,13 +54,14 @@ BEGIN
         WHERE n.status = 'queued' AND n.run_after <= clock_timestamp() + interval '60 seconds'
           AND NOT (o.status = 'queued' AND o.run_after = n.run_after);
     END IF;
-    -- The lanes the claim asks (jobs_runner_step_v5): one row per (kind, priority) ever
-    -- queued, inserted once; nothing is written when the lane exists.
+    -- The lanes the claim asks (jobs_runner_step_v5): a row per (kind, priority) ever
+    -- queued; nothing is written when the lane exists. No unique key to conflict on: a
+    -- second producer of a brand-new lane would wait for the first one's commit; two such
+    -- producers at once each write it, and the readers take the distinct lanes.
     INSERT INTO jobs_joblane (kind, priority)
     SELECT DISTINCT n.kind, n.priority FROM new_rows AS n
     WHERE n.status = 'queued' AND NOT EXISTS (
-        SELECT 1 FROM jobs_joblane AS l WHERE l.kind = n.kind AND l.priority = n.priority)
-    ON CONFLICT DO NOTHING;
+        SELECT 1 FROM jobs_joblane AS l WHERE l.kind = n.kind AND l.priority = n.priority);
     IF due IS NULL THEN
         RETURN NULL;
     ELSIF due <= clock_timestamp() THEN
@@ -110,8 +111,9 @@ DROP FUNCTION jobs_job_notify_due_v2();
 # The lanes of the rows queued before the trigger wrote them (after it is in place).
 LANES_OF_QUEUED_ROWS = """
 INSERT INTO jobs_joblane (kind, priority)
-SELECT DISTINCT kind, priority FROM jobs_job WHERE status = 'queued'
-ON CONFLICT DO NOTHING;
+SELECT DISTINCT j.kind, j.priority FROM jobs_job AS j WHERE j.status = 'queued'
+  AND NOT EXISTS (
+    SELECT 1 FROM jobs_joblane AS l WHERE l.kind = j.kind AND l.priority = j.priority);
 """
 
 # 0015's function, its due scan and its `more_due` by lane (copied, not imported: a
@@ -188,7 +190,7 @@ BEGIN
     v_now := clock_timestamp();
     RETURN QUERY
     WITH lanes AS (
-        SELECT l.kind, l.priority FROM jobs_joblane AS l
+        SELECT DISTINCT l.kind, l.priority FROM jobs_joblane AS l
         WHERE l.kind NOT IN (SELECT p.kind FROM jobs_pausedkind AS p)  -- issue 20
     ), due AS (
         SELECT r.id, r.priority, r.run_after, r.size, r.slow
@@ -276,10 +278,8 @@ class Migration(migrations.Migration):
                 ("priority", models.IntegerField()),
             ],
             options={
-                "constraints": [
-                    models.UniqueConstraint(
-                        fields=("kind", "priority"), name="jobs_joblane_kind_priority"
-                    )
+                "indexes": [
+                    models.Index(fields=["kind", "priority"], name="jobs_joblane_kind_priority")
                 ],
             },
         ),
