@@ -104,7 +104,7 @@ TEMPLATES = [
 ]
 
 # --- database -----------------------------------------------------------------------------------
-# PostgreSQL only. Without DATABASE_URL: the embedded server (project/embedded_pg.py) under
+# PostgreSQL only. Without DATABASE_URL: the embedded server (project/embedded_pg/) under
 # VAR_DIR/pg, reached through its Unix socket; scripts/run-worker starts and stops it.
 EMBEDDED_PG_DIR = VAR_DIR / "pg"
 DATABASES = {"default": env_db("DATABASE_URL", embedded_pg.database_url(EMBEDDED_PG_DIR))}
