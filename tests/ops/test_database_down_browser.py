@@ -38,7 +38,9 @@ def stopped_database(tmp_path):
 def test_the_admin_says_the_database_is_not_reachable(browser, stopped_database, screenshot):
     base_url, port, log = stopped_database
     where = f"127.0.0.1:{port}, database worker"
-    request = urllib.request.Request(f"{base_url}/admin/", headers={"Cookie": "sessionid=" + "a" * 32})
+    request = urllib.request.Request(
+        f"{base_url}/admin/", headers={"Cookie": "sessionid=" + "a" * 32}
+    )
     with pytest.raises(urllib.error.HTTPError) as answered:
         urllib.request.urlopen(request, timeout=30)
     assert answered.value.code == 503
