@@ -268,7 +268,11 @@ class JobAdmin(admin.ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
-            "title": "Cancel jobs: are you sure?",
+            "title": (
+                f"Cancel job #{one.pk}: are you sure?"
+                if one is not None
+                else "Cancel jobs: are you sure?"
+            ),
             "count": count,
             "count_capped": count > LIST_COUNT_CAP,
             "shown": [(job, self.error_summary(job)) for job in shown],
