@@ -90,3 +90,21 @@ def test_the_address_of_a_unix_socket_names_its_folder():
     assert database_address(connections["default"].settings_dict).endswith(
         f"database {connections['default'].settings_dict['NAME']}"
     )
+
+
+def test_the_first_request_that_reaches_the_database_again_says_so(refused, caplog):
+    def view(request):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return HttpResponse()
+
+    middleware = DatabaseDownMiddleware(view)
+    with caplog.at_level(logging.INFO, logger="ops.database_down"):
+        middleware.process_exception(RequestFactory().get("/admin/"), refused[0])
+        middleware(RequestFactory().get("/admin/"))
+        middleware(RequestFactory().get("/admin/"))  # no failure since: nothing more to say
+    first, recovered = caplog.records
+    assert recovered.levelname == "INFO"
+    assert recovered.getMessage().startswith(
+        "web requests: the database answers again after 1 failed try in "
+    )
