@@ -4,7 +4,8 @@ Nobody edits a job by hand; an operator retries or cancels, and each action is o
 queryset-level UPDATE, so "select all 12,000 failed jobs → retry now" is one statement.
 Cancel asks first (issue 36.8), as Django's "Delete selected" does: the job's button, the
 list's action and an error group's "Cancel all" each show what they will cancel and act
-once that page's form comes back confirmed.
+once that page's form comes back confirmed. The views beyond Django's own (a job's buttons,
+the error groups' page) are in jobs/admin_views.py.
 """
 
 from __future__ import annotations
@@ -12,35 +13,23 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now, Substr
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from jobs import registry, services
+from jobs.admin_views import CANCELLABLE, JobActionViews
 from jobs.error_groups import (
-    ErrorGroup,
-    GroupActed,
-    error_group_cancel,
     error_group_name,
-    error_group_retry,
     error_group_url,
-    job_error_group,
-    job_error_groups,
     jobs_in_error_group,
 )
 from jobs.models import Job, JobAttempt, PausedKind
-from jobs.reaper import job_reap
 from jobs.selectors import job_status_counts, jobs_due, jobs_stuck
-from project.admin import LIST_COUNT_CAP, CappedCountPaginator, SelectorFilter
-
-CANCELLABLE = (Job.Status.QUEUED, Job.Status.FAILED)  # what services.jobs_cancel takes
-CANCEL_LISTED = 100  # jobs named on the cancel confirmation page; the rest are counted
+from project.admin import CappedCountPaginator, SelectorFilter
 
 
 class KindFilter(admin.SimpleListFilter):
@@ -81,7 +70,7 @@ class JobHealthFilter(SelectorFilter):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(JobActionViews, admin.ModelAdmin):
     list_display = (
         "id",
         "kind",
@@ -197,142 +186,6 @@ class JobAdmin(admin.ModelAdmin):
                 can_reap=can_act and stuck,
             )
         return super().change_view(request, object_id, form_url, extra_context=extra)
-
-    def error_groups_view(self, request: HttpRequest) -> TemplateResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        groups = [(group, error_group_url(group.key)) for group in job_error_groups()]
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": "Failed jobs by error",
-            "groups": groups,
-            "can_retry": self._may_act(request),
-        }
-        return TemplateResponse(request, "admin/jobs/job/error_groups.html", context)
-
-    def retry_group_view(self, request: HttpRequest, key: str) -> HttpResponseRedirect:
-        """Retry every failed job of one group: one UPDATE, one entry in the admin's log."""
-        if not self._may_act(request):
-            raise PermissionDenied
-        acted = error_group_retry(key=key)
-        return self._group_done(request, key, acted, "retried", "queued to run now")
-
-    def cancel_group_view(self, request: HttpRequest, key: str) -> HttpResponse:
-        """ "Cancel all" of one group: a confirmation page naming the group first; the cancel
-        itself (one UPDATE, one entry in the admin's log) once it comes back confirmed."""
-        if not self._may_act(request):
-            raise PermissionDenied
-        if request.POST.get("confirm") == "yes":
-            acted = error_group_cancel(key=key)
-            return self._group_done(request, key, acted, "cancelled", "cancelled")
-        group = job_error_group(key=key)
-        if group is None:
-            self.message_user(request, "No failed job left in that group.", messages.WARNING)
-            return HttpResponseRedirect(reverse("admin:jobs_job_error_groups"))
-        return self._cancel_confirmation(
-            request,
-            jobs_in_error_group(key),
-            group=group,
-            hidden=[("confirm", "yes")],
-            back_url=reverse("admin:jobs_job_error_groups"),
-        )
-
-    def _group_done(
-        self, request: HttpRequest, key: str, acted: GroupActed, verb: str, done: str
-    ) -> HttpResponseRedirect:
-        if acted.first is not None:
-            self.log_change(request, acted.first, f"{verb} error group {key}: {acted.count} job(s)")
-        self.message_user(request, f"{acted.count} job(s) of the group {done}.")
-        return HttpResponseRedirect(reverse("admin:jobs_job_error_groups"))
-
-    def _cancel_confirmation(
-        self,
-        request: HttpRequest,
-        jobs,
-        *,
-        hidden: list[tuple[str, object]],
-        back_url: str,
-        one: Job | None = None,
-        group: ErrorGroup | None = None,
-    ) -> TemplateResponse:
-        """What Cancel will cancel (the queued or failed ones of `jobs`: the others it leaves
-        alone), and a form that repeats the request confirmed."""
-        cancellable = jobs.filter(status__in=CANCELLABLE).order_by()
-        count = cancellable[: LIST_COUNT_CAP + 1].count()  # no COUNT(*) over a million rows
-        shown = list(
-            cancellable.defer("payload", "last_error")
-            .annotate(error_head=Substr("last_error", 1, 200))
-            .order_by("pk")[:CANCEL_LISTED]
-        )
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": (
-                f"Cancel job #{one.pk}: are you sure?"
-                if one is not None
-                else "Cancel jobs: are you sure?"
-            ),
-            "count": count,
-            "count_capped": count > LIST_COUNT_CAP,
-            "shown": [(job, self.error_summary(job)) for job in shown],
-            "more": max(count - len(shown), 0),
-            "one": one,
-            "group": group,
-            "hidden": hidden,
-            "form_action": request.get_full_path(),
-            "back_url": back_url,
-        }
-        return TemplateResponse(request, "admin/jobs/job/cancel_confirmation.html", context)
-
-    def _may_act(self, request: HttpRequest) -> bool:
-        return super().has_change_permission(request)  # the model's change permission
-
-    def _act(
-        self, request: HttpRequest, job_id: int, message: str, done: int
-    ) -> HttpResponseRedirect:
-        if not self._may_act(request):
-            raise PermissionDenied
-        job = get_object_or_404(Job, pk=job_id)
-        if done:
-            self.log_change(request, job, message)
-            self.message_user(request, f"Job #{job_id}: {message}.", messages.SUCCESS)
-        else:
-            self.message_user(
-                request, f"Job #{job_id} is {job.status}: nothing done.", messages.WARNING
-            )
-        return HttpResponseRedirect(reverse("admin:jobs_job_change", args=[job_id]))
-
-    def retry_view(self, request: HttpRequest, job_id: int) -> HttpResponseRedirect:
-        if not self._may_act(request):
-            raise PermissionDenied
-        count = services.jobs_retry_now(jobs=Job.objects.filter(pk=job_id))
-        return self._act(request, job_id, "queued to run now", count)
-
-    def cancel_view(self, request: HttpRequest, job_id: int) -> HttpResponse:
-        """The job page's Cancel: a confirmation page first (unless the job is past
-        cancelling: then it says so at once); the cancel once it comes back confirmed."""
-        if not self._may_act(request):
-            raise PermissionDenied
-        jobs = Job.objects.filter(pk=job_id)
-        job = get_object_or_404(jobs.only("pk", "status"))
-        if request.POST.get("confirm") != "yes" and job.status in CANCELLABLE:
-            return self._cancel_confirmation(
-                request,
-                jobs,
-                one=job,
-                hidden=[("confirm", "yes")],
-                back_url=reverse("admin:jobs_job_change", args=[job_id]),
-            )
-        count = services.jobs_cancel(jobs=jobs)
-        return self._act(request, job_id, "cancelled", count)
-
-    def reap_view(self, request: HttpRequest, job_id: int) -> HttpResponseRedirect:
-        if not self._may_act(request):
-            raise PermissionDenied
-        reaped = job_reap(job_id=job_id)
-        status = f"reaped ({reaped.status})" if reaped else ""
-        return self._act(request, job_id, status, 1 if reaped else 0)
 
     @admin.display(description="held by")
     def held_by(self, job: Job) -> str:
