@@ -54,8 +54,7 @@ def test_a_refused_connection_answers_503_naming_the_server_not_its_password(ref
     assert (response.status_code, again.status_code) == (503, 503)
     assert response["Retry-After"] == "30"
     page = response.content.decode()
-    default = connections["default"].settings_dict  # the server this process is set to use
-    where = f"{default['HOST']}:{default['PORT']}, database {default['NAME']}"
+    where = database_address()  # the server this process is set to use (its settings)
     assert f"The database is not reachable: {where}." in page
     assert "Is run-worker running?" in page and "Is PostgreSQL running?" in page
     assert "<title>The database is not reachable | Proposal-assistant worker</title>" in page
@@ -87,9 +86,10 @@ def test_the_address_of_a_unix_socket_names_its_folder():
     assert database_address(embedded) == (
         "the Unix socket in /srv/worker/var/pg (port 5432), database worker"
     )
-    assert database_address(connections["default"].settings_dict).endswith(
-        f"database {connections['default'].settings_dict['NAME']}"
-    )
+    tcp = {"HOST": "db.internal", "PORT": "6432", "NAME": "worker", "PASSWORD": "x"}
+    assert database_address(tcp) == "db.internal:6432, database worker"
+    default = connections["default"].settings_dict
+    assert database_address() == database_address(default)
 
 
 def test_the_first_request_that_reaches_the_database_again_says_so(refused, caplog):
