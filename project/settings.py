@@ -77,6 +77,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # The admin's CSS/JS under gunicorn with DEBUG off (issue 19.4): nothing else serves them.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # A view that cannot reach the database answers a 503 page saying so (issue 36.8).
+    "ops.database_down.DatabaseDownMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

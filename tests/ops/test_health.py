@@ -236,8 +236,14 @@ def test_the_per_kind_table_follows_the_range(admin_client):
         response = admin_client.get(HEALTH_URL, {"range": key})
         page = response.content.decode()
         table = page.split('id="kinds"', 1)[1].split("</table>", 1)[0]
-        assert f"completed {label}" in table and f"failed {label}" in table
-        (row,) = response.context["health"].kinds.rows
+        assert '<th scope="col">completed</th><th scope="col">failed</th>' in table
+        kinds = response.context["health"].kinds
+        head = page.split('id="kinds-head">', 1)[1].split("</p>", 1)[0]
+        assert head == (
+            f"Per kind: now, and since {kinds.since:%Y-%m-%d %H:%M:%S} UTC ({kinds.span}: "
+            f"the 30-minute periods that overlap the last {label})"
+        )
+        (row,) = kinds.rows
         shown[key] = (row.completed, row.failed)
     assert shown == {"1h": (1, 0), "24h": (2, 1), "7d": (3, 1)}
 
