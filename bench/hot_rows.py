@@ -34,6 +34,7 @@ import argparse
 import math
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -401,6 +402,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     code = args.code.resolve()
+    # A SIGTERM (or a SIGINT where a background shell ignores it) stops the bench through
+    # its `finally`: the qcluster and the throwaway cluster go with it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("hot_rows: terminated"))
 
     cluster = Cluster()
     qcluster = None
