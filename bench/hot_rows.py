@@ -331,17 +331,19 @@ def _report_costs(windows: list[Window]) -> None:
     statements, the CPU of the server's processes by role, the producer backend's state."""
     print(
         "\nwhere the time went, per window: WAL of the whole cluster per job inserted; the "
-        "runner's statements (jobs_runner_step*) and its backends' CPU per job; CPU of the "
-        "server's processes in % of one core; the producer's backend, sampled every 20 ms"
+        "runner's statements (jobs_runner_step*: wall ms a call) and its backends' CPU a call "
+        "and a job; CPU of the server's processes in % of one core; the producer's backend, "
+        "sampled every 20 ms"
     )
     print(
         f"{'phase':<8}{'t s':>6}{'WAL B':>7}{'recs':>6}{'FPI':>6}{'fsync':>7}"
-        f"{'calls':>7}{'jobs':>6}{'ms':>6}{'runner':>7}{'runner':>7}{'prod':>6}{'autovac':>8}"
-        f"{'other':>6}  " + " ".join(f"{k:>9}" for k in WAIT_KINDS)
+        f"{'calls':>7}{'jobs':>6}{'ms':>6}{'cpu ms':>7}{'runner':>7}{'runner':>7}{'prod':>6}"
+        f"{'autovac':>8}{'other':>6}  " + " ".join(f"{k:>9}" for k in WAIT_KINDS)
     )
     print(
         f"{'':<8}{'':>6}{'/job':>7}{'/job':>6}{'/job':>6}{'/s':>7}{'/s':>7}{'/call':>6}"
-        f"{'/call':>6}{'µs/job':>7}{'%':>7}{'%':>6}{'%':>8}{'%':>6}  producer backend, % of samples"
+        f"{'/call':>6}{'/call':>7}{'µs/job':>7}{'%':>7}{'%':>6}{'%':>8}{'%':>6}"
+        "  producer backend, % of samples"
     )
     for n, w in enumerate(windows):
         c, jobs = w.costs, max(1, w.inserted)
@@ -352,6 +354,7 @@ def _report_costs(windows: list[Window]) -> None:
             f"{c.wal_records / jobs:6.1f}{c.wal_fpi / jobs:6.2f}{c.wal_syncs / WINDOW:7.0f}"
             f"{c.runner_calls / WINDOW:7.0f}{w.inserted / max(1, c.runner_calls):6.1f}"
             f"{c.runner_ms / max(1, c.runner_calls):6.2f}"
+            f"{1000 * c.cpu.get('runner', 0) / max(1, c.runner_calls):7.2f}"
             f"{1e6 * c.cpu.get('runner', 0) / jobs:7.0f}{cpu.get('runner', 0):7.0f}"
             f"{cpu.get('producer', 0):6.0f}{cpu.get('autovacuum', 0):8.0f}"
             f"{cpu.get('other', 0):6.0f}  "
