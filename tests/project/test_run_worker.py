@@ -184,9 +184,14 @@ def test_a_kill_9_of_run_worker_alone_leaves_the_var_claimed_until_its_worker_is
         try:
             _wait_for_log(third, third_log, "Q Cluster", "running")
             assert (var_dir / "worker.pid").read_text().split() == [str(third.pid)]
+            third.terminate()  # `kill N`, as the refusal says: passed on to its qcluster
+            third.wait(timeout=60)
+            deadline = time.monotonic() + 30
+            while _in_session(third.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _in_session(third.pid) == [], third_log.read_text()[-3000:]
         finally:
-            stop_process_group(third, timeout=60)
-        assert third.returncode == 0, third_log.read_text()[-3000:]
+            stop_process_group(third, timeout=30)
         assert "Traceback" not in third_log.read_text(), third_log.read_text()[-3000:]
     finally:
         stop_process_group(first, timeout=30)
