@@ -12,7 +12,7 @@ this sums them and prints claims per job (every row a claim took, counting a job
 again after a give-back) and give-backs per job (goals: at most 1.2 and 0.1), and the wall
 time against the ideal (the work divided by the processes). First, unless `--no-warm-up`,
 60 jobs of the same mix run, so the per-kind durations the claim reads (ops_jobperiod,
-through ops.selectors.job_kinds_slower_than) know the kinds, as they would in production;
+through jobs.kind_durations.job_kinds_slower_than) know the kinds, as they would in production;
 a cold run (`--no-warm-up`) shows what the first half-minute of a fresh database costs.
 """
 

@@ -5,7 +5,7 @@ Usage:
 
     .venv/bin/python bench/outage.py [--minutes 5] [--workers 4] [--workdir /tmp/outage]
 
-It starts a throwaway embedded PostgreSQL (project/embedded_pg.py, in the work directory),
+It starts a throwaway embedded PostgreSQL (project/embedded_pg/, in the work directory),
 migrates it, runs `manage.py qcluster` with the given number of workers and LOG_LEVEL=INFO,
 lets it settle, stops the server for the given minutes (a fast shutdown: sessions are
 ended), starts it again and waits a minute. Then it prints, for the outage and for the

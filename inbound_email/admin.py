@@ -18,7 +18,7 @@ from django.views.decorators.http import require_POST
 
 from inbound_email.exceptions import InboundEmailError
 from inbound_email.models import InboundEmail, Reply, ReplyAttachment
-from inbound_email.parsing import parse_headers
+from inbound_email.parsing import parse_header_text, raw_preview
 from inbound_email.selectors import (
     inbound_email_raw_kept_bytes,
     inbound_relays_stuck,
@@ -34,6 +34,7 @@ from inbound_email.services.actions import (
 from project.admin import CappedCountPaginator, ReadOnlyAdmin, SelectorFilter
 
 DISCARD_LISTED = 100  # mails named on the discard confirmation page; the rest are counted
+SUMMARY_RAW_BYTES = 256 * 1024  # of a stored mail read for its summary: its header block
 
 
 def _pre(text: str) -> str:
@@ -173,9 +174,11 @@ class InboundEmailAdmin(ReadOnlyAdmin):
 
     @staticmethod
     def _summary(obj: InboundEmail) -> dict[str, str]:
-        """From, To, Subject and Date: from the row when the mail was parsed, else from its
-        stored raw, read with the intake's own header limits (a quarantined mail often never
-        got that far). Values are plain text; the template escapes them."""
+        """From, To, Subject and Date: from the row when the mail was parsed, else from the
+        headers the page shows below (a quarantined mail often never got that far: stopped
+        by a header limit, its header fields are read here without the intake's limits,
+        from that bounded text), else from the start of its stored raw. "Could not be read"
+        only when there was nothing to read (issue 36.8). Plain text; the template escapes."""
         summary = {
             "from": obj.from_address,
             "to": obj.to_addresses,
@@ -186,18 +189,23 @@ class InboundEmailAdmin(ReadOnlyAdmin):
         }
         if summary["from"] and summary["subject"]:
             return summary
-        try:  # `raw` is deferred in the admin's queryset: this loads it, for this row only
-            parsed = parse_headers(inbound_email_raw(inbound_email=obj))
-        except InboundEmailError as exc:  # store unreachable or gone, or past a header limit
-            summary["problem"] = f"the stored mail could not be read: {exc}"
-            return summary
+        text, source = obj.headers_text, "the headers shown below"
+        if not text:
+            try:  # `raw` is deferred in the admin's queryset: this loads it, for this row only
+                raw = inbound_email_raw(inbound_email=obj)
+            except InboundEmailError as exc:  # the store unreachable, or the copy gone
+                summary["problem"] = f"the stored mail could not be read: {exc}"
+                return summary
+            text, _ = raw_preview(raw[:SUMMARY_RAW_BYTES])
+            source = "the stored raw mail"
+        parsed = parse_header_text(text)
         summary.update(
             {
                 "from": parsed.from_address or parsed.header("From"),
                 "to": ", ".join(parsed.recipients) or parsed.header("To"),
                 "subject": parsed.subject,
                 "date": f"{parsed.date:%Y-%m-%d %H:%M:%S %Z}".strip() if parsed.date else "",
-                "source": "the stored raw mail (parsed with the intake's limits)",
+                "source": source,
             }
         )
         return summary

@@ -12,7 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from email import policy
 from email.message import Message
+from email.parser import Parser
 from email.utils import getaddresses, parsedate_to_datetime
 from functools import cached_property
 
@@ -324,6 +326,15 @@ def parse_headers(raw: bytes, *, limits: ParseLimits | None = None) -> ParsedMai
     raises MailLimitExceeded past one."""
     limits = limits or ParseLimits.from_settings()
     message = limited_parser(limits).parsebytes(header_block(raw, limits), headersonly=True)
+    return _from_headers(message)
+
+
+def parse_header_text(text: str) -> ParsedMail:
+    """The header fields of a header preview (`raw_preview`'s first part, or the intake's
+    `headers_text`: at most 50,000 characters), without the intake's limits: what the admin
+    shows of a mail the intake refused for a header limit (issue 36.8), read from the same
+    text as the headers it shows. Never raises; `text` is bounded by whoever stored it."""
+    message = Parser(policy=policy.compat32).parsestr(text.strip("\n") + "\n\n", headersonly=True)
     return _from_headers(message)
 
 

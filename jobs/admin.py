@@ -2,31 +2,32 @@
 
 Nobody edits a job by hand; an operator retries or cancels, and each action is one
 queryset-level UPDATE, so "select all 12,000 failed jobs → retry now" is one statement.
+Cancel asks first (issue 36.8), as Django's "Delete selected" does: the job's button, the
+list's action and an error group's "Cancel all" each show what they will cancel and act
+once that page's form comes back confirmed. The views beyond Django's own (a job's buttons,
+the error groups' page) are in jobs/admin_views.py.
 """
 
 from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
+from django.contrib.admin import helpers
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now, Substr
-from django.http import HttpRequest, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from jobs import registry, services
+from jobs.admin_views import CANCELLABLE, JobActionViews
 from jobs.error_groups import (
     error_group_name,
     error_group_url,
-    job_error_groups,
     jobs_in_error_group,
 )
 from jobs.models import Job, JobAttempt, PausedKind
-from jobs.reaper import job_reap
 from jobs.selectors import job_status_counts, jobs_due, jobs_stuck
 from project.admin import CappedCountPaginator, SelectorFilter
 
@@ -69,7 +70,7 @@ class JobHealthFilter(SelectorFilter):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(JobActionViews, admin.ModelAdmin):
     list_display = (
         "id",
         "kind",
@@ -158,6 +159,11 @@ class JobAdmin(admin.ModelAdmin):
                 view("retry_group"),
                 name="jobs_job_error_group_retry",
             ),
+            path(
+                "error-groups/<str:key>/cancel/",
+                view("cancel_group"),
+                name="jobs_job_error_group_cancel",
+            ),
             path("<int:job_id>/retry/", view("retry"), name="jobs_job_retry"),
             path("<int:job_id>/cancel/", view("cancel"), name="jobs_job_cancel"),
             path("<int:job_id>/reap/", view("reap"), name="jobs_job_reap"),
@@ -176,72 +182,10 @@ class JobAdmin(admin.ModelAdmin):
                 paused=PausedKind.objects.filter(kind=job.kind).first(),
                 can_retry=can_act
                 and job.status in (Job.Status.QUEUED, Job.Status.FAILED, Job.Status.CANCELLED),
-                can_cancel=can_act and job.status in (Job.Status.QUEUED, Job.Status.FAILED),
+                can_cancel=can_act and job.status in CANCELLABLE,
                 can_reap=can_act and stuck,
             )
         return super().change_view(request, object_id, form_url, extra_context=extra)
-
-    def error_groups_view(self, request: HttpRequest) -> TemplateResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        groups = [(group, error_group_url(group.key)) for group in job_error_groups()]
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.model._meta,
-            "title": "Failed jobs by error",
-            "groups": groups,
-            "can_retry": self._may_act(request),
-        }
-        return TemplateResponse(request, "admin/jobs/job/error_groups.html", context)
-
-    def retry_group_view(self, request: HttpRequest, key: str) -> HttpResponseRedirect:
-        """Retry every failed job of one group: one UPDATE, one entry in the admin's log."""
-        if not self._may_act(request):
-            raise PermissionDenied
-        jobs = jobs_in_error_group(key)
-        first = jobs.order_by("pk").first()
-        count = services.jobs_retry_now(jobs=jobs)
-        if first is not None and count:
-            self.log_change(request, first, f"retried error group {key}: {count} job(s)")
-        self.message_user(request, f"{count} job(s) of the group queued to run now.")
-        return HttpResponseRedirect(reverse("admin:jobs_job_error_groups"))
-
-    def _may_act(self, request: HttpRequest) -> bool:
-        return super().has_change_permission(request)  # the model's change permission
-
-    def _act(
-        self, request: HttpRequest, job_id: int, message: str, done: int
-    ) -> HttpResponseRedirect:
-        if not self._may_act(request):
-            raise PermissionDenied
-        job = get_object_or_404(Job, pk=job_id)
-        if done:
-            self.log_change(request, job, message)
-            self.message_user(request, f"Job #{job_id}: {message}.", messages.SUCCESS)
-        else:
-            self.message_user(
-                request, f"Job #{job_id} is {job.status}: nothing done.", messages.WARNING
-            )
-        return HttpResponseRedirect(reverse("admin:jobs_job_change", args=[job_id]))
-
-    def retry_view(self, request: HttpRequest, job_id: int) -> HttpResponseRedirect:
-        if not self._may_act(request):
-            raise PermissionDenied
-        count = services.jobs_retry_now(jobs=Job.objects.filter(pk=job_id))
-        return self._act(request, job_id, "queued to run now", count)
-
-    def cancel_view(self, request: HttpRequest, job_id: int) -> HttpResponseRedirect:
-        if not self._may_act(request):
-            raise PermissionDenied
-        count = services.jobs_cancel(jobs=Job.objects.filter(pk=job_id))
-        return self._act(request, job_id, "cancelled", count)
-
-    def reap_view(self, request: HttpRequest, job_id: int) -> HttpResponseRedirect:
-        if not self._may_act(request):
-            raise PermissionDenied
-        reaped = job_reap(job_id=job_id)
-        status = f"reaped ({reaped.status})" if reaped else ""
-        return self._act(request, job_id, status, 1 if reaped else 0)
 
     @admin.display(description="held by")
     def held_by(self, job: Job) -> str:
@@ -299,9 +243,34 @@ class JobAdmin(admin.ModelAdmin):
         self.message_user(request, f"{count} job(s) queued to run now.", messages.SUCCESS)
 
     @admin.action(description="Cancel (queued or failed jobs)", permissions=["change"])
-    def cancel(self, request, queryset):
-        count = services.jobs_cancel(jobs=queryset)
-        self.message_user(request, f"{count} job(s) cancelled.", messages.SUCCESS)
+    def cancel(self, request, queryset) -> TemplateResponse | None:
+        """Asks first, as Django's "Delete selected" does; cancels once the page's form
+        comes back with `post=yes`. The form repeats the selection as it came (the list's
+        filters in its address, "select all" as select_across), not thousands of ids."""
+        if request.POST.get("post") == "yes":
+            count = services.jobs_cancel(jobs=queryset)
+            self.message_user(request, f"{count} job(s) cancelled.", messages.SUCCESS)
+            return None
+        if not queryset.filter(status__in=CANCELLABLE).exists():
+            self.message_user(
+                request,
+                "None of the selected jobs is queued or failed: nothing to cancel.",
+                messages.WARNING,
+            )
+            return None
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+        return self._cancel_confirmation(
+            request,
+            queryset,
+            hidden=[
+                *((helpers.ACTION_CHECKBOX_NAME, pk) for pk in selected),
+                ("select_across", request.POST.get("select_across", "0")),
+                ("index", request.POST.get("index", "0")),
+                ("action", "cancel"),
+                ("post", "yes"),
+            ],
+            back_url=request.get_full_path(),
+        )
 
 
 @admin.register(PausedKind)

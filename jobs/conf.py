@@ -28,6 +28,7 @@ class Config:
     backoff_jitter: float  # fraction of the delay added at random
     default_max_attempts: int
     claim_batch_size: int  # rows per claim statement
+    claim_gather_seconds: float  # after a claim below half a batch, the next waits this long
     hold_unstarted_seconds: float  # a running job's longest wait before the rest go back
     claim_max_bytes: int  # stored payload bytes per claim statement (at least one row)
     batch_idempotent_completions: bool  # idempotent kinds' completions batched, unflushed
@@ -91,6 +92,7 @@ def get_config() -> Config:
         backoff_jitter=_number("JOBS_BACKOFF_JITTER", 0.25),
         default_max_attempts=_count("JOBS_DEFAULT_MAX_ATTEMPTS", 5),
         claim_batch_size=_count("JOBS_CLAIM_BATCH_SIZE", 20),
+        claim_gather_seconds=_number("JOBS_CLAIM_GATHER_SECONDS", 0.01),
         hold_unstarted_seconds=_number("JOBS_HOLD_UNSTARTED_SECONDS", 0.05, positive=True),
         claim_max_bytes=_count("JOBS_CLAIM_MAX_BYTES", 4 * 1024 * 1024),
         batch_idempotent_completions=_flag("JOBS_BATCH_IDEMPOTENT_COMPLETIONS", True),

@@ -99,6 +99,7 @@ def run_pending(
     registry.discover()
     config = get_config()
     woke_others = False
+    gather_until: float | None = None  # after a small claim, the next waits until then
     summary = RunSummary(worker=services.new_worker_id())
     started = time.monotonic()
     deadline = None if max_seconds is None else started + max_seconds
@@ -143,6 +144,19 @@ def run_pending(
                     )
                     batch.finished(ran, job_started)
                     continue
+            if (
+                gather_until is not None
+                and not batch.must_send()
+                and not batch.has_unstarted()
+                and claim_size()
+            ):
+                # The last claim was small: the next one waits for a batch to gather (issue
+                # 36, point 2). Next to a pinned snapshot each claim re-reads the dead index
+                # entries above its floor; a claim per job or two took the CPU the producers'
+                # commits needed. The completions waiting go with it (a duration recorded
+                # for them includes the wait, at most JOBS_CLAIM_GATHER_SECONDS).
+                _wait_until(gather_until, stop=stop, deadline=deadline)
+            gather_until = None
             # Send the completions: before the next job starts if one of them is not
             # idempotent (committed with the flush, I21), else with the next claim. Claim the
             # next batch only when none is left (after the keeper's hand-back in flight, if
@@ -155,6 +169,7 @@ def run_pending(
                     continue
                 break
             want_more = claim > 0 and wake_others is not None and not woke_others
+            claim_sent = time.monotonic()
             step, resent = _send_step(
                 summary.worker,
                 reconnect,
@@ -179,6 +194,8 @@ def run_pending(
                 break
             batch.add(step.claimed)
             summary.claimed += len(step.claimed)
+            if len(step.claimed) * 2 < config.claim_batch_size:
+                gather_until = claim_sent + config.claim_gather_seconds
             if step.more_due and want_more:
                 # More due jobs wait than this drain took: let an idle worker take them.
                 woke_others = True
@@ -226,6 +243,20 @@ def _due_within(
             return True
         if seen.task_waiting:
             return False
+
+
+def _wait_until(until: float, *, stop: threading.Event | None, deadline: float | None) -> None:
+    """Sleep until monotonic `until`, never past `deadline`, ending early when `stop` is
+    set: the gather before the next claim (JOBS_CLAIM_GATHER_SECONDS)."""
+    if deadline is not None:
+        until = min(until, deadline)
+    wait = until - time.monotonic()
+    if wait <= 0:
+        return
+    if stop is not None:
+        stop.wait(wait)
+    else:
+        time.sleep(wait)
 
 
 def _must_flush(done: list[tuple[services.ClaimedJob, float]]) -> bool:

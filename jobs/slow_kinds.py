@@ -5,7 +5,7 @@ JOBS_HOLD_UNSTARTED_SECONDS only holds them until the keeper gives them back, to
 again: every claim and give-back writes the row, its triggers and WAL. So the runner's
 statement (`jobs_runner_step_v2`) ends a batch with the first job of a kind known to run
 long. This module knows those kinds for its process: what the per-kind durations say (read
-through ops' selector, at most every SLOW_KINDS_READ_SECONDS), and what the keeper has just
+by jobs.kind_durations, at most every SLOW_KINDS_READ_SECONDS), and what the keeper has just
 seen run long.
 """
 
@@ -14,12 +14,14 @@ from __future__ import annotations
 import threading
 import time
 
+from jobs.kind_durations import job_kinds_slower_than
+
 SLOW_KINDS_READ_SECONDS = 30.0  # seconds a process keeps the slow kinds before reading again
 
 
 class SlowKinds:
     """The kinds that recently ran longer than JOBS_HOLD_UNSTARTED_SECONDS: a claim ends with
-    the first of them (issue 29, point 3). Read through ops' selector, on the drain's
+    the first of them (issue 29, point 3). Read by jobs.kind_durations, on the drain's
     connection, at most every SLOW_KINDS_READ_SECONDS per process (and again when the hold
     setting changes): one small indexed query, not one per claim."""
 
@@ -32,8 +34,6 @@ class SlowKinds:
             read_at, read_hold, kinds = self._read
             if read_hold == hold and time.monotonic() - read_at < SLOW_KINDS_READ_SECONDS:
                 return kinds
-        from ops.selectors import job_kinds_slower_than  # ops' models import this app
-
         kinds = job_kinds_slower_than(seconds=hold)
         with self._lock:
             self._read = (time.monotonic(), hold, kinds)

@@ -50,7 +50,7 @@ def _start_command(pgdata: str) -> str:
     itself with the checkout's .venv python when python3 lacks the packages)."""
     from project import embedded_pg
 
-    base = Path(embedded_pg.__file__).resolve().parent.parent
+    base = embedded_pg.CHECKOUT
     var_dir = Path(pgdata).parent
     prefix = f"cd {shlex.quote(str(base))} && "
     if var_dir.resolve() != (base / "var").resolve():

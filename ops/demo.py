@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -86,7 +88,34 @@ def run_demo() -> DemoReport:
         report = _run_demo()
     where = next(i for i, line in enumerate(report.lines) if line.startswith("Next steps"))
     report.lines[where:where] = [f"The notification mails are in {outbox}/.", ""]
+    _keep_next_steps(config.var_dir, report.lines[where + 2 :])
     return report
+
+
+def _next_steps_file(var_dir: Path) -> Path:
+    return var_dir / "demo-next-steps.txt"
+
+
+def _keep_next_steps(var_dir: Path, lines: list[str]) -> None:
+    """For the worker's first start after the demo (scripts/run-worker starts it next): its
+    start-up lines pushed the report's next steps off the screen (issue 36.8), so the
+    qcluster prints them again once it runs (`print_next_steps_again`)."""
+    path = _next_steps_file(var_dir)
+    path.write_text("\n".join(lines) + "\n")
+    path.chmod(0o600)
+
+
+def print_next_steps_again(var_dir: Path, write: Callable[[str], Any]) -> None:
+    """The demo's next steps, once, after the cluster's start-up lines (then forgotten)."""
+    path = _next_steps_file(var_dir)
+    try:
+        steps = path.read_text()
+    except FileNotFoundError:
+        return
+    path.unlink()
+    write("")
+    write("The demo's next steps again (the worker runs now; Ctrl-C stops it):")
+    write(steps.rstrip("\n"))
 
 
 def _run_demo() -> DemoReport:
@@ -175,8 +204,10 @@ def _write_report(report, pis, notices, keys, ok_job_id: int, bad_job_id: int) -
     config = get_config()
     sender = notifications_config().email_sender
     add(f"Notifications sent ({sender} sender, {config.email_backend}):")
-    for notice in EmailNotification.objects.filter(pk__in=[n.pk for n in notices]).order_by("pk"):
-        add(f"  #{notice.pk} {notice.kind:<13} to {notice.to_address:<38} {notice.status}")
+    # Every mail to the demo's PIs: the notices, then what its pass of the schedules sent
+    # (the review requests, the rejection notice), which the log reports too.
+    for notice in EmailNotification.objects.filter(user__in=pis).order_by("pk"):
+        add(f"  #{notice.pk} {notice.kind:<15} to {notice.to_address:<38} {notice.status}")
     add("")
     add(f"Inbound mail (store: {inbound_email_config().store_url}):")
     rows = {row.store_key: row for row in InboundEmail.objects.filter(store_key__in=keys.values())}
@@ -191,7 +222,7 @@ def _write_report(report, pis, notices, keys, ok_job_id: int, bad_job_id: int) -
     add("")
     add("Database inbox (Slack is off, so PI instructions land here with a canonical id):")
     for message in inbox.order_by("ts"):
-        add(f"  {message.ts}  {message.run_id}: {message.text[:60]!r}")
+        add(f"  {message.ts}  {message.run_id}: {cut_at_word(message.text, 60)!r}")
     if not inbox.exists():
         add("  (none)")
     add("")
@@ -204,7 +235,7 @@ def _write_report(report, pis, notices, keys, ok_job_id: int, bad_job_id: int) -
             line += f", retry after {job.run_after:%H:%M:%S}"
         add(line)
         if job.last_error:
-            add(f"      last error: {job.last_error.splitlines()[0][:100]}")
+            add(f"      last error: {cut_at_word(job.last_error.splitlines()[0], 100)}")
     add("")
     clash = Job.objects.get(pk=bad_job_id).payload["username"]
     add(f"  (the demo then removes user {clash}, the cause of the failure: the retry")
@@ -228,6 +259,16 @@ def _write_report(report, pis, notices, keys, ok_job_id: int, bad_job_id: int) -
     add(f"  {site}{reverse('admin:canonical_ids_message_changelist'):<46} the database inbox")
     add("and the operator's summary in the terminal:")
     add(f"  $ {prefix}{python} manage.py worker_status")
+
+
+def cut_at_word(text: str, width: int) -> str:
+    """`text` in at most `width` characters: whole, or cut at the last space that fits,
+    with an ellipsis (issue 36.8: a cut mid-word read as a garbled name)."""
+    if len(text) <= width:
+        return text
+    space = text.rfind(" ", 0, width)
+    head = text[:space] if space > 0 else text[: width - 1]
+    return head.rstrip() + "…"
 
 
 def _python() -> str:

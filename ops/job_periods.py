@@ -4,7 +4,7 @@ duration and p95 queue wait.
 
 Now-counts come from the trigger-kept jobs.models.JobCount (worker_status reads them
 already); the range's figures from the trigger-kept ops.models.JobPeriod, one indexed range read
-of at most 336 periods (7 d) × kinds × 8 shards rows, whatever the size of the jobs table. The same
+of at most 337 periods (7 d) × kinds × 8 shards rows, whatever the size of the jobs table. The same
 rows give the jobs chart's 30-minute and 3-hour bars (`finished_per_bucket`). A p95 is
 read from a histogram: the upper bound of the bucket holding the 95th percentile, so
 "≤ 2.5 s" says that 95 % of the attempts took at most that long (the same buckets as
@@ -65,6 +65,12 @@ class KindTable:
     rows: tuple[KindStats, ...]
     since: datetime  # the start of the first period summed
     more: int = 0  # kinds left out past MAX_KINDS
+    covers: timedelta = timedelta(0)  # from `since` to the table's `now`
+
+    @property
+    def span(self) -> str:
+        """What the table covers, in words ("1 h 11 min"): its label says so (issue 36.8)."""
+        return humanize_seconds(self.covers)
 
 
 def p95_bound(counts: Sequence[int], bounds: Sequence[float]) -> float | None:
@@ -163,14 +169,17 @@ def kind_table(
     counts_by_kind: Mapping[str, Mapping[str, int]],
     window: timedelta = WINDOW,
 ) -> KindTable:
-    """One query (`period_totals`): the JobPeriod rows of the current 30-minute period and
-    those before it back to `window` (the health page's range: 2 periods for 1 h, 48 for
-    24 h, 336 for 7 d; the current period is partly elapsed, so the table covers the range
-    less a part of one period, as the jobs chart does), and the deltas of those periods not
-    rolled up yet (issue 32)."""
+    """One query (`period_totals`): the JobPeriod rows of every 30-minute period that
+    overlaps the last `window` (the health page's range), the current one included, and the
+    deltas of those periods not rolled up yet (issue 32).
+
+    The periods are the finest the rows hold, so the table covers the whole range and up to
+    one period more: "since 23:00 (1 h 11 min)" at 00:11 for 1 h. It used to start a period
+    later, covering up to a period less than the range its label named (issue 36.8); the
+    label now gives the start and the span, whichever the range."""
     if window < PERIOD or window % PERIOD:
         raise ValueError(f"window {window} is not a whole number of {PERIOD} periods")
-    since = bucket_floor(now, PERIOD) - (window - PERIOD)
+    since = bucket_floor(now - window, PERIOD)
     stats: dict[str, KindStats] = {}
     for kind, counts in counts_by_kind.items():
         row = stats.setdefault(kind, KindStats(kind))
@@ -186,7 +195,9 @@ def kind_table(
     active = [row for row in stats.values() if row.activity]
     active.sort(key=lambda row: (-row.activity, row.kind))
     shown = sorted(active[:MAX_KINDS], key=lambda row: row.kind)
-    return KindTable(rows=tuple(shown), since=since, more=max(len(active) - MAX_KINDS, 0))
+    return KindTable(
+        rows=tuple(shown), since=since, more=max(len(active) - MAX_KINDS, 0), covers=now - since
+    )
 
 
 def job_periods_prune(*, now: datetime) -> int:

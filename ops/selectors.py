@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import connection
 from django.db.models import QuerySet
 
-from ops.job_periods import DURATION_BOUNDS, period_totals
 from ops.models import RefusedTask
 
 
@@ -56,25 +55,3 @@ def database_clock_and_oldest_transaction() -> tuple[str, datetime, OpenTransact
         )
         version, clock, *oldest = cursor.fetchone()
     return version, clock, OpenTransaction(*oldest) if oldest[0] is not None else None
-
-
-def job_kinds_slower_than(*, seconds: float, window: timedelta = timedelta(hours=1)) -> list[str]:
-    """Kinds whose attempts that ended within `window` (on the database's clock) mostly ran
-    longer than `seconds`: more than half of them beyond the largest duration bound at or
-    below `seconds` (ops.job_periods.DURATION_BOUNDS; the first bound if none is).
-
-    The runner ends a claimed batch with the first job of such a kind (issue 29, point 3),
-    so nothing waits behind it to be given back. The figures are the per-kind duration
-    histograms of JobPeriod today; this is the one place that reads them for that, so the
-    source can change (issue 32 makes those writes append-only) without touching the runner.
-    A kind with no recent attempt is not slow: the keeper gives back behind it if it is.
-    """
-    quick_buckets = max(1, sum(1 for bound in DURATION_BOUNDS if bound <= seconds))
-    # Rolled up and not yet rolled up (issue 32: the trigger appends JobPeriodDelta rows,
-    # folded into JobPeriod every few seconds): a kind that ran long a moment ago counts.
-    # Summed in SQL (period_totals): each worker reads this every SLOW_KINDS_READ_SECONDS.
-    slow = []
-    for kind, totals in period_totals(window=window).items():
-        if sum(totals.durations[quick_buckets:]) > sum(totals.durations[:quick_buckets]):
-            slow.append(kind)
-    return sorted(slow)

@@ -39,6 +39,7 @@ from ops.selectors import (
     database_clock_and_oldest_transaction,
     tasks_refused,
 )
+from processes.models import WorkerProcess
 from processes.selectors import processes_listed
 
 # A due job that has waited longer than this means the runner is not keeping up (seconds).
@@ -119,7 +120,13 @@ def worker_status(*, now: datetime | None = None) -> WorkerStatus:
 
 
 def _schedules(status: WorkerStatus, now: datetime) -> None:
-    runs = schedule_runs(now=now)
+    # The oldest live qcluster's start: a restarted cluster's scheduler has not passed yet.
+    starts = [
+        datetime.fromisoformat(p["started_at"])
+        for p in status.processes
+        if p["role"] == WorkerProcess.Role.QCLUSTER and p["state"] == "live"
+    ]
+    runs = schedule_runs(now=now, cluster_started=min(starts, default=None))
     status.schedules = [run.as_dict() for run in runs]
     for run in runs:
         if run.overdue:

@@ -6,6 +6,9 @@ table of its own that wrapped "Worker health" one letter per line on a phone (is
 The link is now the first row of the ops app's section, listed first, on the index, the
 app's page and the navigation side bar alike; staff who may see no ops model still get the
 section with the link (the page is for all staff).
+
+Its title is the project's, not Django's "Django administration" (issue 36.8): the header of
+every page, the login page's included, and the browser tab's title.
 """
 
 from __future__ import annotations
@@ -18,9 +21,14 @@ from django.http import HttpRequest
 from django.urls import reverse
 
 HEALTH_APP = "ops"
+SITE_NAME = "Proposal-assistant worker"  # README's title
 
 
 class WorkerAdminSite(admin.AdminSite):
+    site_header = SITE_NAME  # the bar at the top of every page
+    site_title = SITE_NAME  # the end of every browser tab's title
+    index_title = "Operator console"  # the index's heading, and its tab's title
+
     def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[dict]:
         app_list = super().get_app_list(request, app_label)
         if app_label not in (None, HEALTH_APP) or not request.user.is_staff:

@@ -11,9 +11,12 @@ traceback.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import shlex
 import sys
+from pathlib import Path
 
 # Commands that need the database (Django's and ours); `check --database default` runs the
 # same checks through Django. Others (help, makemigrations, collectstatic...) run as before.
@@ -41,6 +44,7 @@ DATABASE_COMMANDS = frozenset(
     }
 )
 NO_SETUP_COMMANDS = frozenset({"help", "--help", "-h", "version", "--version"})
+CHECKOUT = Path(__file__).resolve().parent.parent  # manage.py's folder
 
 
 def wants_traceback(argv: list[str]) -> bool:
@@ -83,8 +87,10 @@ def main(argv: list[str]) -> int:
     if command == "createsuperuser" and not _can_prompt(argv):
         _say(
             "createsuperuser: no terminal to ask for the password; without one run: "
-            "DJANGO_SUPERUSER_PASSWORD='choose-one' python manage.py createsuperuser "
-            "--no-input --username admin --email admin@localhost"
+            + manage_py_line(
+                "createsuperuser --no-input --username admin --email admin@localhost",
+                env="DJANGO_SUPERUSER_PASSWORD='choose-one'",
+            )
         )
         return 1
     if command in DATABASE_COMMANDS and "--skip-checks" not in argv:
@@ -92,6 +98,19 @@ def main(argv: list[str]) -> int:
             return 1
     execute_from_command_line(argv)
     return 0
+
+
+def manage_py_line(args: str, *, env: str = "") -> str:
+    """`manage.py <args>` as a line that runs as pasted in any shell (issue 36.8: `python
+    manage.py …` did not: no `python`, or one without Django): this interpreter, the venv's
+    python, relative to the checkout when inside it, and `cd <checkout> && ` first when the
+    command ran in another folder. `env`: assignments for the command alone."""
+    python = Path(sys.executable)
+    with contextlib.suppress(ValueError):
+        python = python.relative_to(CHECKOUT)
+    prefix = "" if Path.cwd().resolve() == CHECKOUT else f"cd {shlex.quote(str(CHECKOUT))} && "
+    assignments = f"{env} " if env else ""
+    return f"{prefix}{assignments}{shlex.quote(str(python))} manage.py {args}"
 
 
 def _can_prompt(argv: list[str]) -> bool:

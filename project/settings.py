@@ -77,6 +77,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # The admin's CSS/JS under gunicorn with DEBUG off (issue 19.4): nothing else serves them.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # A view that cannot reach the database answers a 503 page saying so (issue 36.8).
+    "ops.database_down.DatabaseDownMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -104,7 +106,7 @@ TEMPLATES = [
 ]
 
 # --- database -----------------------------------------------------------------------------------
-# PostgreSQL only. Without DATABASE_URL: the embedded server (project/embedded_pg.py) under
+# PostgreSQL only. Without DATABASE_URL: the embedded server (project/embedded_pg/) under
 # VAR_DIR/pg, reached through its Unix socket; scripts/run-worker starts and stops it.
 EMBEDDED_PG_DIR = VAR_DIR / "pg"
 DATABASES = {"default": env_db("DATABASE_URL", embedded_pg.database_url(EMBEDDED_PG_DIR))}
@@ -266,6 +268,9 @@ JOBS_BACKOFF_JITTER = env_float("JOBS_BACKOFF_JITTER", 0.25, minimum=0)  # fract
 JOBS_DEFAULT_MAX_ATTEMPTS = env_int("JOBS_DEFAULT_MAX_ATTEMPTS", 5, minimum=1)
 JOBS_LISTENER_PING_SECONDS = env_float("JOBS_LISTENER_PING_SECONDS", 15.0, minimum=0.1)
 JOBS_CLAIM_BATCH_SIZE = env_int("JOBS_CLAIM_BATCH_SIZE", 20, minimum=1)  # rows per claim query
+# Issue 36, point 2: after a claim of less than half a batch, the runner sends its next claim
+# no sooner than this after it, so a steady trickle is taken in batches, not a job a claim.
+JOBS_CLAIM_GATHER_SECONDS = env_float("JOBS_CLAIM_GATHER_SECONDS", 0.01, minimum=0)  # seconds
 # The runner starts a batch's jobs one after another; when one runs longer than this, the
 # ones it has not started go back to the queue for an idle worker (issue 22, points 4 and 5).
 JOBS_HOLD_UNSTARTED_SECONDS = env_float("JOBS_HOLD_UNSTARTED_SECONDS", 0.05, minimum=0.001)

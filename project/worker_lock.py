@@ -1,103 +1,163 @@
-"""One worker per var/ (issue 31, point 4).
+"""One worker per var/, whatever was killed (issue 31, point 4; issue 36, point 3).
 
 `scripts/run-worker` claims its var/ before anything else: a second run-worker on the same
 var/ (the same mail folders, the same embedded database, the same demo marker) quietly
-started a second full worker. Now it says which run-worker holds it and exits 1.
+started a second full worker. Now it names the processes that hold the var/ and exits 1.
 
-The holder's pid is in `var/worker.pid`; a claim reads and writes it under an exclusive
-lock on `var/worker.lock`, so two starts at once cannot both win. A holder that died
-without releasing (kill -9, a reboot) does not count: its pid must be alive and, where
-/proc tells, still a run-worker (pids are reused). Like embedded_pg, this module must not
-import Django: the script runs it before any setting exists.
+The claim is a `flock` on `var/worker.lock`, taken on a file descriptor the script opened
+(`exec 9>>var/worker.lock`) and this module inherits. A flock belongs to the open file, not
+to a process: the script's qcluster and every worker process it forks inherit the same
+descriptor, and the kernel keeps the lock until the last of them has exited. So a `kill -9`
+of the script alone (an OOM kill, a supervisor that kills only its child) no longer frees
+the var/ while its qcluster runs on; the lock used to be the script's pid in a file, which a
+second run-worker took for dead and claimed. Processes that are not part of the worker (the
+embedded PostgreSQL server, which may outlive it) are started without the descriptor.
 
-    python -m project.worker_lock claim PID    # exit 1, naming the holder, if one runs
-    python -m project.worker_lock release PID  # only PID's own claim is removed
+`var/worker.pid` still records the script's pid, for a system without /proc (macOS), where
+the holders cannot be listed. Like embedded_pg, this module must not import Django: the
+script runs it before any setting exists.
+
+    python -m project.worker_lock claim PID FD   # exit 1, naming the holders, if one runs
+    python -m project.worker_lock release PID    # only PID's record is removed
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
+import os
 import sys
-from collections.abc import Iterator
+import time
 from pathlib import Path
 
 from project.embedded_pg import _pid_alive, var_dir
 
 PID_FILE = "worker.pid"
 LOCK_FILE = "worker.lock"
-SCRIPT = b"run-worker"  # what a holder's command line must name (Linux)
+_PROC = Path("/proc")
+_CLAIM_ATTEMPTS = 3  # a holder may exit between the failed flock and the look for it
 
 
-@contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[Path]:
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with (folder / LOCK_FILE).open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+class Refused(Exception):
+    """Another worker holds the var/; the text names it and says what to do."""
+
+
+def claim(pid: int, fd: int, folder: Path | None = None) -> None:
+    """Take the var/'s lock on `fd` (an open descriptor of `folder/worker.lock` that the
+    worker's processes inherit) and record `pid`; Refused if another worker holds it."""
+    folder = folder or var_dir()
+    lock_path = folder / LOCK_FILE
+    try:
+        opened, wanted = os.fstat(fd), lock_path.stat()
+    except OSError as exc:
+        raise ValueError(f"cannot check descriptor {fd} against {lock_path}: {exc}") from exc
+    if (opened.st_dev, opened.st_ino) != (wanted.st_dev, wanted.st_ino):
+        raise ValueError(f"descriptor {fd} is not open on {lock_path}")
+    for _ in range(_CLAIM_ATTEMPTS):
         try:
-            yield folder / PID_FILE
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holding = holders(lock_path)
+            if holding or not _PROC.joinpath("self").exists():
+                raise Refused(_refusal(folder, holding)) from None
+            time.sleep(0.1)  # its last holder exited just now: try again
+            continue
+        (folder / PID_FILE).write_text(f"{pid}\n")
+        return
+    raise Refused(_refusal(folder, []))
 
 
-def _is_worker(pid: int) -> bool:
-    if not _pid_alive(pid):
-        return False
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if not Path("/proc/self/cmdline").exists():
-        return True  # no /proc (macOS): a live pid is taken as the worker
+def holders(lock_path: Path) -> list[int]:
+    """The pids of the processes holding the flock on `lock_path`, from /proc: each process
+    with a descriptor on the file whose fdinfo lists a FLOCK (a process that merely has the
+    file open, such as a second run-worker, lists none). Empty where /proc does not tell."""
     try:
-        return SCRIPT in cmdline.read_bytes()
+        target = lock_path.stat()
     except OSError:
-        return False
+        return []
+    found = []
+    for entry in _PROC.iterdir() if _PROC.is_dir() else ():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fds = list((entry / "fd").iterdir())
+        except OSError:  # gone, or another user's
+            continue
+        for fd in fds:
+            try:
+                opened = fd.stat()
+                if (opened.st_dev, opened.st_ino) != (target.st_dev, target.st_ino):
+                    continue
+                info = (entry / "fdinfo" / fd.name).read_text()
+            except OSError:
+                continue
+            if any(line.startswith("lock:") and " FLOCK " in line for line in info.splitlines()):
+                found.append(int(entry.name))
+                break
+    return sorted(found)
 
 
-def _holder(pid_file: Path) -> int | None:
+def _parent(pid: int) -> int | None:
     try:
-        pid = int(pid_file.read_text().split()[0])
+        return int((_PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _refusal(folder: Path, holding: list[int]) -> str:
+    """What a second run-worker says: who holds the var/, and whom to stop (the holders
+    whose parent is not one: the script, or its qcluster once the script is gone)."""
+    lock_path = folder / LOCK_FILE
+    if holding:
+        roots = [pid for pid in holding if _parent(pid) not in holding]
+        many = len(holding) > 1
+        who = f"pid{'s' if many else ''} {', '.join(map(str, holding))} hold{'' if many else 's'}"
+        target = " ".join(map(str, roots))
+    else:  # no /proc, or processes this user cannot see
+        recorded = _recorded(folder / PID_FILE)
+        alive = recorded is not None and _pid_alive(recorded)
+        who = f"run-worker pid {recorded} holds" if alive else "a process not visible here holds"
+        target = str(recorded) if alive else "<its pid>"
+    return (
+        f"run-worker: a worker already runs on {folder} ({who} {lock_path}); stop it first "
+        f"(Ctrl-C in its terminal, or kill {target}), or give this one another WORKER_VAR_DIR"
+    )
+
+
+def _recorded(pid_file: Path) -> int | None:
+    try:
+        return int(pid_file.read_text().split()[0])
     except (FileNotFoundError, IndexError, ValueError):
         return None
-    return pid
-
-
-def claim(pid: int, folder: Path | None = None) -> int | None:
-    """Record `pid` as this var/'s worker; return the live holder's pid instead if another
-    run-worker holds it (nothing is written then)."""
-    with _locked(folder or var_dir()) as pid_file:
-        holder = _holder(pid_file)
-        if holder is not None and holder != pid and _is_worker(holder):
-            return holder
-        pid_file.write_text(f"{pid}\n")
-    return None
 
 
 def release(pid: int, folder: Path | None = None) -> None:
-    """Remove `pid`'s claim (another worker's claim is left alone)."""
-    folder = folder or var_dir()
-    if not folder.is_dir():
-        return
-    with _locked(folder) as pid_file:
-        if _holder(pid_file) == pid:
-            pid_file.unlink(missing_ok=True)
+    """Remove `pid`'s record (another worker's is left alone). The lock itself needs no
+    release: it goes with the last process holding it."""
+    pid_file = (folder or var_dir()) / PID_FILE
+    if _recorded(pid_file) == pid:
+        pid_file.unlink(missing_ok=True)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[1] not in {"claim", "release"} or not argv[2].isdigit():
-        print("usage: python -m project.worker_lock claim|release PID", file=sys.stderr)
+    args = argv[1:]
+    usage = "usage: python -m project.worker_lock claim PID FD | release PID"
+    if not args or not all(arg.isdigit() for arg in args[1:]):
+        print(usage, file=sys.stderr)
         return 64
-    pid = int(argv[2])
-    if argv[1] == "release":
-        release(pid)
+    if args[0] == "release" and len(args) == 2:
+        release(int(args[1]))
         return 0
-    holder = claim(pid)
-    if holder is not None:
-        print(
-            f"run-worker: a worker already runs on {var_dir()} (run-worker pid {holder}); "
-            f"stop it first (Ctrl-C in its terminal, or kill {holder}), or give this one "
-            "another WORKER_VAR_DIR",
-            file=sys.stderr,
-        )
+    if args[0] != "claim" or len(args) != 3:
+        print(usage, file=sys.stderr)
+        return 64
+    try:
+        claim(int(args[1]), int(args[2]))
+    except Refused as exc:
+        print(exc, file=sys.stderr)
         return 1
+    except ValueError as exc:
+        print(f"run-worker: {exc}", file=sys.stderr)
+        return 64
     return 0
 
 

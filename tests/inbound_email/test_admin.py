@@ -391,3 +391,55 @@ def test_replies_list_shows_an_ordinary_no_as_plain_text_not_a_red_cross(admin_c
     cells = page.split('class="field-needs_operator_text"')[1:]
     assert sorted(cell.split(">", 1)[1].split("<", 1)[0] for cell in cells) == ["no", "yes"]
     assert ">Needs operator<" in page or ">needs operator<" in page.lower()
+
+
+def test_a_mail_quarantined_past_a_header_limit_shows_its_headers_in_the_summary(
+    admin_client, folder_store, notification
+):
+    """Issue 36.8: the summary read From/To/Subject/Date with the intake's limits, which this
+    mail is past: it showed "—" for each, which the headers below showed, and "the stored
+    mail could not be read" while the page showed it. It reads the headers shown below."""
+    from notifications.reply_address import reply_address_for
+    from tests.support.mail import PI_ADDRESS
+
+    many = {f"X-Relay-Hop-{n}": f"hop {n}" for n in range(1100)}  # past max_headers (1000)
+    folder_store.put(
+        "many",
+        build_mail(token=notification.token, subject="Re: budget <ok>", headers=many),
+    )
+    poll_once()
+    row = InboundEmail.objects.get(store_key="many")
+    assert (row.status, row.reason) == ("quarantined", "header_count_limit")
+    assert (row.from_address, row.subject) == ("", "")  # the parser stopped at the limit
+
+    page = admin_client.get(reverse("admin:inbound_email_inboundemail_change", args=[row.pk]))
+    html = page.content.decode()
+    summary = html[html.index('id="mail-summary"') :].split("</div>")[0]
+    assert f'id="mail-from">{PI_ADDRESS}</dd>' in summary
+    assert f'id="mail-to">{reply_address_for(notification.token)}</dd>' in summary
+    assert 'id="mail-subject">Re: budget &lt;ok&gt;</dd>' in summary
+    assert 'id="mail-date">20' in summary and " UTC</dd>" in summary
+    assert "could not be read" not in html
+    assert "Read from the headers shown below" in summary
+    assert "X-Relay-Hop-1099: hop 1099" in html  # the headers below: the same text
+
+
+def test_the_summary_says_the_mail_could_not_be_read_only_when_it_could_not(
+    admin_client, folder_store
+):
+    """A row with nothing parsed and no preview, whose stored copy is gone: the one case
+    where the summary has nothing to read, and says why."""
+    row = baker.make(
+        InboundEmail,
+        store_key="gone",
+        status=InboundEmail.Status.QUARANTINED,
+        raw=None,
+        quarantine_key="quarantine/gone",
+        headers_text="",
+    )
+    html = admin_client.get(
+        reverse("admin:inbound_email_inboundemail_change", args=[row.pk])
+    ).content.decode()
+    summary = html[html.index('id="mail-summary"') :].split("</div>")[0]
+    assert "The stored mail could not be read: " in summary and "Read from" not in summary
+    assert 'id="mail-from">—</dd>' in summary

@@ -17,8 +17,10 @@ pytestmark = pytest.mark.django_db
 CHANGELIST = reverse("admin:jobs_job_changelist")
 
 
-def _action(admin_client, action: str, ids: list[int] | None = None, **query):
-    data = {"action": action, "index": 0}
+def _action(admin_client, action: str, ids: list[int] | None = None, post: str = "", **query):
+    """The changelist's action on `ids` (None: "select all" across the filtered list); `post`
+    = "yes" is the confirmation page's answer (Cancel asks first)."""
+    data = {"action": action, "index": 0, **({"post": post} if post else {})}
     if ids is None:
         data.update(select_across=1, _selected_action=[Job.objects.values_list("pk")[0][0]])
     else:
@@ -103,7 +105,7 @@ def test_retry_now_and_cancel_act_on_thousands_of_rows_in_a_few_queries(
     assert running.status == Job.Status.PROCESSING  # a running job is not touched
 
     with django_assert_max_num_queries(25):
-        response = _action(admin_client, "cancel", status__exact="queued")
+        response = _action(admin_client, "cancel", post="yes", status__exact="queued")
     assert "3000 job(s) cancelled." in response.content.decode()
     assert Job.objects.filter(status=Job.Status.CANCELLED).count() == 3000
     running.refresh_from_db()
@@ -133,7 +135,7 @@ def test_cancel_applies_to_failed_jobs_so_worker_status_stops_asking_for_action(
     assert any("failed permanently" in line for line in worker_status().needs_operator)
 
     with django_assert_max_num_queries(25):
-        response = _action(admin_client, "cancel", status__exact="failed")
+        response = _action(admin_client, "cancel", post="yes", status__exact="failed")
 
     assert "2000 job(s) cancelled." in response.content.decode()
     cancelled = Job.objects.filter(status=Job.Status.CANCELLED)
@@ -149,7 +151,7 @@ def test_cancel_applies_to_failed_jobs_so_worker_status_stops_asking_for_action(
     assert not any("failed permanently" in line for line in worker_status().needs_operator)
 
     # a running or completed job is never cancelled, even when selected explicitly
-    response = _action(admin_client, "cancel", ids=[running.pk, done.pk])
+    response = _action(admin_client, "cancel", ids=[running.pk, done.pk], post="yes")
     assert "0 job(s) cancelled." in response.content.decode()
     running.refresh_from_db()
     done.refresh_from_db()
@@ -235,6 +237,87 @@ def test_a_stuck_job_shows_its_holder_and_lease_and_can_be_reaped(admin_client):
     job.refresh_from_db()
     assert job.status == Job.Status.QUEUED and job.locked_by == ""
     assert "host-b:4242:dead stopped heartbeating" in job.last_error
+
+
+def _confirm(admin_client, page):
+    """Submit a confirmation page's form as the browser would: its hidden fields, its action."""
+    import html
+    import re
+
+    text = page.content.decode()
+    form = text[text.index('id="cancel-confirm"') :].split("</form>")[0]
+    action = html.unescape(
+        re.search(
+            r'action="([^"]*)"', text.split('id="cancel-confirm"')[0].rsplit("<form", 1)[1]
+        ).group(1)
+    )
+    fields: dict[str, list[str]] = {}
+    for name, value in re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form):
+        fields.setdefault(name, []).append(html.unescape(value))
+    return admin_client.post(action, fields, follow=True), fields
+
+
+def test_cancel_asks_first_and_its_form_carries_select_all_not_thousands_of_ids(admin_client):
+    """Issue 36.8: the list's Cancel acted at once. Now, as "Delete selected", it shows what
+    it will cancel; the page's form repeats the filter and "select all", and cancels on it."""
+    _failed_jobs(3000, failed_at=timezone.now())
+    running = _running_job()
+
+    asked = _action(admin_client, "cancel", status__exact="failed")
+    page = " ".join(asked.content.decode().split())
+    assert (
+        "Are you sure you want to cancel the 3000 selected job(s) that are queued or failed?"
+        in page
+    )
+    assert page.count("<li>Job #") == 100 and "<li>and 2900 more</li>" in page
+    assert not Job.objects.filter(status=Job.Status.CANCELLED).exists()
+
+    done, fields = _confirm(admin_client, asked)
+    assert fields["select_across"] == ["1"] and len(fields.get("_selected_action", [])) <= 1
+    assert fields["post"] == ["yes"] and fields["action"] == ["cancel"]
+    assert "3000 job(s) cancelled." in done.content.decode()
+    assert Job.objects.filter(status=Job.Status.CANCELLED).count() == 3000
+    running.refresh_from_db()
+    assert running.status == Job.Status.PROCESSING
+
+
+def test_cancel_of_picked_rows_confirms_exactly_those(admin_client):
+    picked = baker.make(Job, kind="k", max_attempts=3, _quantity=3)
+    other = baker.make(Job, kind="k", max_attempts=3)
+    asked = _action(admin_client, "cancel", ids=[job.pk for job in picked[:2]])
+    page = asked.content.decode()
+    assert f"Job #{picked[0].pk}: k (Queued)" in page and f"Job #{picked[2].pk}:" not in page
+    done, _ = _confirm(admin_client, asked)
+    assert "2 job(s) cancelled." in done.content.decode()
+    statuses = dict(Job.objects.values_list("pk", "status"))
+    assert [statuses[j.pk] for j in (*picked, other)] == ["cancelled"] * 2 + ["queued"] * 2
+
+    nothing = _action(admin_client, "cancel", ids=[picked[0].pk])  # already cancelled
+    assert "nothing to cancel" in nothing.content.decode()
+
+
+def test_the_jobs_cancel_button_asks_first_and_is_audited(admin_client):
+    from django.contrib.admin.models import LogEntry
+
+    job = baker.make(Job, kind="k", status=Job.Status.FAILED, attempts=3, max_attempts=3,
+                     last_error="RuntimeError: broken\n\nTraceback ...")  # fmt: skip
+    url = reverse("admin:jobs_job_cancel", args=[job.pk])
+    assert f'action="{url}"' in admin_client.get(_detail(job)).content.decode()
+
+    asked = admin_client.post(url)
+    page = " ".join(asked.content.decode().split())
+    assert f"Are you sure you want to cancel job #{job.pk}?" in page
+    assert f"Job #{job.pk}: k (Failed) — RuntimeError: broken" in page
+    assert f'href="{_detail(job)}" class="button cancel-link">No, take me back' in page
+    job.refresh_from_db()
+    assert job.status == Job.Status.FAILED
+
+    done, fields = _confirm(admin_client, asked)
+    assert fields.keys() == {"csrfmiddlewaretoken", "confirm"} and fields["confirm"] == ["yes"]
+    assert done.redirect_chain[-1][0] == _detail(job)
+    job.refresh_from_db()
+    assert job.status == Job.Status.CANCELLED
+    assert LogEntry.objects.get(object_id=str(job.pk)).get_change_message() == "cancelled"
 
 
 def test_cancel_and_reap_only_where_they_apply(admin_client):

@@ -123,7 +123,7 @@ def _ran_slowly(kind_payload: dict, times: int) -> None:
 
 def test_the_kinds_that_recently_ran_long_are_read_from_their_durations(tmp_path, settings):
     """Issue 29, point 3: what the database already knows about each kind's durations."""
-    from ops.selectors import job_kinds_slower_than
+    from jobs.kind_durations import job_kinds_slower_than
 
     settings.JOBS_HOLD_UNSTARTED_SECONDS = 600  # nothing given back while we warm up
     _ran_slowly({"log": str(tmp_path / "warm.log")}, 2)

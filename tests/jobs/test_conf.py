@@ -24,6 +24,7 @@ def test_default_settings_are_valid():
         ("JOBS_BACKOFF_JITTER", -0.1, "JOBS_BACKOFF_JITTER=-0.1 must be >= 0"),
         ("JOBS_DEFAULT_MAX_ATTEMPTS", 0, "JOBS_DEFAULT_MAX_ATTEMPTS=0 must be a whole number"),
         ("JOBS_CLAIM_BATCH_SIZE", 2.5, "JOBS_CLAIM_BATCH_SIZE=2.5 must be a whole number"),
+        ("JOBS_CLAIM_GATHER_SECONDS", -0.01, "JOBS_CLAIM_GATHER_SECONDS=-0.01 must be >= 0"),
         ("JOBS_EXTRA_HANDLER_MODULES", "app.handlers", "JOBS_EXTRA_HANDLER_MODULES='app.handlers'"),
         ("JOBS_DRAIN_SECONDS", None, "JOBS_DRAIN_SECONDS=None must be a number"),
         ("JOBS_POLL_SECONDS", 0, "JOBS_POLL_SECONDS=0 must be > 0"),

@@ -1,10 +1,11 @@
 """Issue 20, point 5: failed jobs grouped by kind, exception class and normalised message,
 with count, first and last seen, a link to exactly the group's jobs, and "Retry all"
-(change permission, in the admin's log)."""
+(change permission, in the admin's log); issue 36.8: and "Cancel all", confirmed first."""
 
 from __future__ import annotations
 
 import html
+import logging
 from datetime import timedelta
 
 import pytest
@@ -97,15 +98,66 @@ def test_retry_all_retries_the_group_only_and_is_logged(admin_client, failures):
     assert entry.get_change_message() == f"retried error group {key}: 3 job(s)"
 
 
+def test_cancel_all_asks_first_then_cancels_the_group_only_and_is_logged(
+    admin_client, failures, caplog
+):
+    """Issue 36.8: no "Cancel all" for a group; Cancel acted without confirmation."""
+    key = job_error_groups()[0].key
+    url = reverse("admin:jobs_job_error_group_cancel", args=[key])
+    row = admin_client.get(GROUPS_URL).content.decode().split(f'id="group-{key}"')[1]
+    assert f'action="{url}"' in row.split("</tr>")[0]
+
+    asked = admin_client.post(url)
+    page = " ".join(html.unescape(asked.content.decode()).split())
+    assert asked.status_code == 200
+    assert "cancel the 3 failed job(s) of the group" in page
+    assert "report.render: ValueError: user N not found in '…'" in page
+    for job in failures["not_found"]:
+        assert f"Job #{job.pk}: report.render (Failed)" in page
+    assert not Job.objects.filter(status="cancelled").exists()  # asked, nothing done yet
+
+    with caplog.at_level(logging.INFO, logger="jobs.error_groups"):
+        done = admin_client.post(url, {"confirm": "yes"}, follow=True)
+    assert "3 job(s) of the group cancelled." in done.content.decode()
+    statuses = {job.pk: job.status for job in Job.objects.all()}
+    assert {statuses[j.pk] for j in failures["not_found"]} == {"cancelled"}
+    assert statuses[failures["key"][0].pk] == statuses[failures["other_kind"][0].pk] == "failed"
+    assert statuses[failures["decoy"][0].pk] == "queued"
+    (entry,) = LogEntry.objects.all()
+    assert entry.get_change_message() == f"cancelled error group {key}: 3 job(s)"
+    (line,) = [r for r in caplog.records if r.name == "jobs.error_groups"]
+    assert line.getMessage() == f"error group {key} cancelled: 3 job(s)"
+    assert (line.action, line.error_group, line.count) == ("error_group_cancelled", key, 3)
+    assert key not in {group.key for group in job_error_groups()}
+
+
+def test_cancel_all_leaves_a_member_retried_meanwhile(admin_client, failures):
+    """The rules of one job's Cancel: a job of the group retried since the page was drawn is
+    queued, out of the group, and stays queued."""
+    key = job_error_groups()[0].key
+    retried = failures["not_found"][0]
+    Job.objects.filter(pk=retried.pk).update(status="queued", failed_at=None)
+    url = reverse("admin:jobs_job_error_group_cancel", args=[key])
+    assert f"Job #{retried.pk}:" not in admin_client.post(url).content.decode()
+    admin_client.post(url, {"confirm": "yes"})
+    retried.refresh_from_db()
+    assert retried.status == "queued"
+    assert Job.objects.filter(status="cancelled").count() == 2
+
+
 def test_retry_all_needs_the_change_permission(client, django_user_model, failures):
     from django.contrib.auth.models import Permission
 
     user = django_user_model.objects.create_user(username="viewer", is_staff=True)
     user.user_permissions.add(Permission.objects.get(codename="view_job"))
     client.force_login(user)
-    assert "Retry all" not in client.get(GROUPS_URL).content.decode()
+    page = client.get(GROUPS_URL).content.decode()
+    assert "Retry all" not in page and "Cancel all" not in page
     key = job_error_groups()[0].key
     assert client.post(reverse("admin:jobs_job_error_group_retry", args=[key])).status_code == 403
+    cancel = reverse("admin:jobs_job_error_group_cancel", args=[key])
+    assert client.post(cancel, {"confirm": "yes"}).status_code == 403
+    assert client.post(cancel).status_code == 403
     assert Job.objects.filter(status="failed").count() == 5
 
 

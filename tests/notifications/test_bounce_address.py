@@ -196,3 +196,54 @@ def test_one_bounce_reported_by_sns_and_by_dsn_counts_once(
     bounce_twice(rows[2], 2)
     assert DeliveryFeedback.objects.filter(address=GONE, kind="soft_bounce").count() == 3
     assert Suppression.objects.get().reason == "soft_bounces"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_report_to_a_real_notifications_id_with_a_made_up_mac_records_nothing(
+    make_pi, locmem, folder_store
+):
+    """The id is a real one (the PI's own notification) and the report names the PI: only the
+    MAC tells a forger, who knows the id scheme, from the mail system. Any 24 hex digits
+    but the right ones suppress nothing (issue 36.4: no test held the MAC check)."""
+    pi, row = _mail_one(make_pi)
+    envelope = mail.outbox[0].from_email
+    real_mac = re.fullmatch(
+        rf"replies\+bounce-{row.pk}-([0-9a-f]{{24}})@reply\.localhost", envelope
+    )[1]
+    made_up = ["0" * 24, "f" * 24, real_mac[:-1] + ("0" if real_mac[-1] != "0" else "1")]
+    for n, mac in enumerate(made_up):
+        forged = f"replies+bounce-{row.pk}-{mac}@reply.localhost"
+        folder_store.put(
+            f"forged-{n}", reports.addressed_to(reports.gmail_hard_bounce(GONE), forged)
+        )
+    poll_once()
+    assert InboundEmail.objects.count() == len(made_up)
+    assert not DeliveryFeedback.objects.exists() and not Suppression.objects.exists()
+
+
+OLD_KEY = "old-key-" + "k3Yq9vR2xW7mB4nT8pL1sD6fG0hJ5cZ" * 2
+NEW_KEY = "new-key-" + "Qa8Wn3Ez6Rx1Tc4Yv7Ub0Im2Ol5Pk9J" * 2
+
+
+@pytest.mark.parametrize(
+    "fallbacks, counts", [([OLD_KEY], True), ([], False)], ids=["a_fallback", "dropped"]
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_report_signed_with_a_rotated_key_counts_while_the_key_is_a_fallback(
+    make_pi, locmem, folder_store, settings, fallbacks, counts
+):
+    """Mail sent under the old SECRET_KEY, then the key rotated: a bounce of it counts while
+    the old key is in SECRET_KEY_FALLBACKS, and records nothing once it was dropped."""
+    settings.SECRET_KEY = OLD_KEY
+    pi, row = _mail_one(make_pi)
+    envelope = mail.outbox[0].from_email
+    settings.SECRET_KEY = NEW_KEY
+    settings.SECRET_KEY_FALLBACKS = fallbacks
+    folder_store.put("late", reports.addressed_to(reports.gmail_hard_bounce(GONE), envelope))
+    poll_once()
+    assert InboundEmail.objects.get().reason == "bounce"
+    if counts:
+        assert DeliveryFeedback.objects.get().address == GONE
+        assert Suppression.objects.get().reason == "hard_bounce"
+    else:
+        assert not DeliveryFeedback.objects.exists() and not Suppression.objects.exists()

@@ -9,8 +9,10 @@ import json
 
 import pytest
 
-from notifications import sns_certificates
+from notifications import bounded_fetch, sns_certificates
 from notifications.models import DeliveryFeedback
+from tests.support import lockstep_server
+from tests.support.lockstep_server import LockstepServer
 from tests.support.silent_server import SilentServer
 from tests.support.sns import ses_bounce
 from tests.support.trickle_server import TrickleServer
@@ -125,6 +127,31 @@ def test_a_certificate_that_trickles_in_is_abandoned_at_the_total_deadline(
         response = _post(client, message)
         assert response.status_code == 503, response.content
         assert server.bytes_sent < len(signer.pem)
+    assert not DeliveryFeedback.objects.exists()
+
+
+@pytest.mark.skipif(not lockstep_server.available(), reason="reads /proc/net/tcp (Linux)")
+def test_a_certificate_larger_than_the_cap_is_refused_after_reading_at_most_the_cap(
+    client, signer, settings
+):
+    """A real certificate followed by 256 KiB of padding (a PEM reader skips text around the
+    block, so read whole it would be believed): the fetch stops past MAX_CERT_BYTES and says
+    so, having read no more than the cap and one read's chunk (issue 36.4: no test served a
+    certificate over 64 KiB). The server sends only as fast as the fetch reads."""
+    settings.SES_EVENTS_FETCH_DEADLINE_SECONDS = 30  # the size stops it, not the clock
+    padding = b"# padding\n" * (256 * 1024 // 10)
+    with LockstepServer(signer.pem + padding, chunk=2048) as server:
+        cert_url = f"{server.url}/SimpleNotificationService-large.pem"
+        settings.SES_EVENTS_TRUSTED_CERT_URLS = [cert_url]
+        message = signer.notification(ses_bounce("pi@example.net"), SigningCertURL=cert_url)
+        response = _post(client, message)
+        assert response.status_code == 503, response.content
+        assert response.content.decode() == (
+            f"signing certificate unavailable: answer larger than "
+            f"{sns_certificates.MAX_CERT_BYTES} bytes"
+        )
+    assert sns_certificates.MAX_CERT_BYTES < server.bytes_sent
+    assert server.bytes_sent <= sns_certificates.MAX_CERT_BYTES + bounded_fetch._CHUNK
     assert not DeliveryFeedback.objects.exists()
 
 

@@ -83,3 +83,18 @@ def test_staff_without_any_ops_model_still_find_the_health_page(client, django_u
     html = client.get(reverse("admin:index")).content.decode()
     assert _sections(html) == ["Operations"]
     assert f'href="{reverse("ops:worker_health")}"' in html
+
+
+def test_every_page_is_titled_with_the_project_not_django(client, admin_client):
+    """Issue 36.8: the header and the tab read "Django administration" / "Django site admin"."""
+    pages = {
+        "Log in": client.get(reverse("admin:login")),
+        "Operator console": admin_client.get(reverse("admin:index")),
+        "Worker health": admin_client.get(reverse("ops:worker_health")),
+        "Select job to change": admin_client.get(reverse("admin:jobs_job_changelist")),
+    }
+    for title, response in pages.items():
+        html = response.content.decode()
+        assert f"<title>{title} | Proposal-assistant worker</title>" in html, title
+        assert '<div id="site-name"><a href="/admin/">Proposal-assistant worker</a></div>' in html
+        assert "Django" not in html.split("</header>")[0], title

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from jobs import run_pending
 from jobs.models import Job
-from notifications.models import Proposal
+from notifications.models import EmailNotification, Proposal
 from ops.schedules import SCHEDULES
 from ops.status import worker_status
 from tests.support.processes import PROJECT_ROOT, manage_py, stop_process_group
@@ -35,7 +35,7 @@ def test_demo_reports_sends_replies_quarantine_and_retries(capsys, settings, tmp
     call_command("demo")
     out = capsys.readouterr().out
 
-    assert out.count("new_proposal  to ") == 6
+    assert out.count("new_proposal    to ") == 6
     assert "a good rating          processed" in out
     assert "an instruction         processed" in out
     assert "charset=unknown-8bit   processed" in out
@@ -55,6 +55,33 @@ def test_demo_reports_sends_replies_quarantine_and_retries(capsys, settings, tmp
     run_pending()
     assert Job.objects.get(kind="demo.duplicate_user").status == Job.Status.COMPLETED
     assert worker_status().needs_operator == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_report_lists_every_mail_the_demo_sent_and_cuts_no_word(capsys, settings, tmp_path):
+    """Issue 36.8: the table listed the six new-proposal notices only, while the log
+    reported the review requests and the rejection notice its pass of the schedules sent;
+    the failed job's error was cut mid-word ("…auth_user_username_k")."""
+    settings.DB_IS_EMBEDDED = True
+    settings.VAR_DIR = tmp_path
+    settings.INBOUND_EMAIL_STORE = str(tmp_path / "inbound")
+    call_command("demo")
+    out = capsys.readouterr().out
+
+    tag = re.search(r"Demo run (\d+):", out).group(1)
+    sent = EmailNotification.objects.filter(user__username__endswith=f"-{tag}").order_by("pk")
+    assert {n.kind for n in sent} >= {"new_proposal", "proposal_review", "reply_rejected"}
+    rows = [line for line in out.splitlines() if re.match(r"  #\d+ [a-z_]+ +to ", line)]
+    assert [row.split()[:2] for row in rows] == [[f"#{n.pk}", n.kind] for n in sent]
+
+    error = Job.objects.get(kind="demo.duplicate_user").last_error.splitlines()[0]
+    [printed] = [
+        line.split("last error: ", 1)[1] for line in out.splitlines() if "last error: " in line
+    ]
+    assert len(error) > 100  # long enough to be cut
+    assert printed.endswith("…") and len(printed) <= 100
+    kept = printed.removesuffix("…")
+    assert error.startswith(kept) and error[len(kept)] == " "  # cut between two words
 
 
 @pytest.mark.django_db(transaction=True)
@@ -165,7 +192,9 @@ def _run_until_up(
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             output = log_path.read_text()
-            if "Q Cluster" in output and "running" in output:
+            # The listener connects last in the qcluster's own start-up (after the demo's
+            # next steps are printed again on a first start).
+            if "Q Cluster" in output and "running" in output and "listener connected" in output:
                 if health:
                     page = _manage(env, "shell", "-c", HEALTH_PAGE)
                     assert page.returncode == 0, page.stderr
@@ -204,6 +233,15 @@ def test_readme_run_command_shows_the_demo_once_and_restarts_clean(tmp_path):
         assert f"schedules: {len(SCHEDULES)} created" in output
         for n in (1, 2):
             assert "Demo run" not in (tmp_path / f"run-{n}.log").read_text()
+            assert "Next steps" not in (tmp_path / f"run-{n}.log").read_text()
+        # Issue 36.8: about 20 start-up lines of the worker followed the demo's next steps
+        # and pushed them off the screen: they are printed again once the cluster runs.
+        again = output.index("The demo's next steps again")
+        assert output.index("Demo run") < output.index("Q Cluster") < again
+        assert output.index("schedules: ") < again
+        assert "manage.py createsuperuser" in output[again:]
+        assert "manage.py worker_status" in output[again:]
+        assert not (var_dir / "demo-next-steps.txt").exists()  # once, not at every start
         first = json.loads(statuses[0].stdout)
         database = first["database"]
         assert database["engine"] == "postgresql"

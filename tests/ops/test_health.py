@@ -236,8 +236,14 @@ def test_the_per_kind_table_follows_the_range(admin_client):
         response = admin_client.get(HEALTH_URL, {"range": key})
         page = response.content.decode()
         table = page.split('id="kinds"', 1)[1].split("</table>", 1)[0]
-        assert f"completed {label}" in table and f"failed {label}" in table
-        (row,) = response.context["health"].kinds.rows
+        assert '<th scope="col">completed</th><th scope="col">failed</th>' in table
+        kinds = response.context["health"].kinds
+        head = page.split('id="kinds-head">', 1)[1].split("</p>", 1)[0]
+        assert head == (
+            f"Per kind: now, and since {kinds.since:%Y-%m-%d %H:%M:%S} UTC ({kinds.span}: "
+            f"the 30-minute periods that overlap the last {label})"
+        )
+        (row,) = kinds.rows
         shown[key] = (row.completed, row.failed)
     assert shown == {"1h": (1, 0), "24h": (2, 1), "7d": (3, 1)}
 
@@ -350,3 +356,54 @@ def test_waits_read_as_words_not_raw_seconds(admin_client, capsys):
     out = capsys.readouterr().out
     assert "waiting 1 h 2 min" in out and "has been due for 1 h 2 min" in out
     assert "3723" not in out
+
+
+def _oldest_transaction_line(admin_client) -> tuple[str, str]:
+    """The oldest-transaction line's opening tag and its text, as the page renders them."""
+    html = admin_client.get(HEALTH_URL).content.decode()
+    match = re.search(r'(<p id="oldest-transaction"[^>]*>)(.*?)</p>', html, re.S)
+    assert match, "no oldest-transaction line on the page"
+    return match[1], match[2]
+
+
+def test_the_oldest_transaction_line_is_marked_only_past_the_alert_threshold(
+    admin_client, settings
+):
+    """Issue 36.4: no test checked the mark (class long-transaction: its session in the error
+    colour) that the line gets once the transaction is older than
+    OPS_LONG_TRANSACTION_ALERT_SECONDS. The same transaction, older than 1 s, with the
+    threshold above and below its age."""
+    from django.db import connection
+
+    from tests.support.processes import wait_until
+    from tests.support.sessions import other_session
+
+    report = other_session(application_name="quarterly-report")
+    try:
+        report.execute("SELECT 1")  # a transaction, open until the rollback below
+        pid = report.info.backend_pid
+
+        def age() -> float:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT extract(epoch FROM clock_timestamp() - xact_start)::float "
+                    "FROM pg_stat_activity WHERE pid = %s",
+                    [pid],
+                )
+                return cursor.fetchone()[0]
+
+        wait_until(lambda: age() > 1.0, "the report's transaction 1 s old", timeout=10)
+        settings.OPS_LONG_TRANSACTION_ALERT_SECONDS = age() + 60
+        below = _oldest_transaction_line(admin_client)
+        settings.OPS_LONG_TRANSACTION_ALERT_SECONDS = 0.5
+        above = _oldest_transaction_line(admin_client)
+    finally:
+        report.rollback()
+        report.close()
+    assert below[0] == '<p id="oldest-transaction">'
+    assert above[0] == '<p id="oldest-transaction" class="long-transaction">'
+    for _, text in (below, above):
+        shown = rf"<strong>open [\d.]+ s: quarterly-report from 127\.0\.0\.1, pid {pid}, "
+        assert re.search(shown, text), text
+    html = admin_client.get(HEALTH_URL).content.decode()
+    assert re.search(r"#oldest-transaction\.long-transaction strong \{ color: [^}]+\}", html)

@@ -14,8 +14,11 @@ from django.utils import timezone
 from jobs import enqueue, run_pending
 from jobs.models import Job
 from jobs.selectors import job_counts_by_kind
+from ops.charts import bucket_floor
+from ops.durations import humanize_seconds
 from ops.job_periods import (
     DURATION_BOUNDS,
+    PERIOD,
     WAIT_BOUNDS,
     job_periods_prune,
     kind_table,
@@ -167,3 +170,31 @@ def test_the_table_sums_rolled_up_rows_and_pending_deltas_bucket_by_bucket():
     assert table["tests.noop"].waits == [0, 2] + [0] * (len(WAIT_BOUNDS) - 1)
     assert table["tests.log"].durations[6] == 1 and sum(table["tests.log"].durations) == 1
     assert table["tests.log"].waits[6] == 1 and sum(table["tests.log"].waits) == 1
+
+
+@pytest.mark.parametrize("minutes", [0, 11, 29, 30, 41, 59])
+def test_the_table_covers_the_whole_range_and_says_how_much_more(minutes):
+    """Issue 36.8: the "last 1 h" table summed from the start of the period before the
+    current one: at xx:11 it covered 41 min, and its label said 1 h. It sums every period
+    that overlaps the range and its label gives the span it covers."""
+    hour = bucket_floor(timezone.now(), timedelta(hours=1)) - timedelta(hours=2)
+    now = hour + timedelta(minutes=minutes)
+
+    def period(start, completed: int) -> None:
+        JobPeriod.objects.create(
+            start=start, kind="report.render", shard=0, completed=completed,
+            durations=[0] * (len(DURATION_BOUNDS) + 1), waits=[0] * (len(WAIT_BOUNDS) + 1),
+        )  # fmt: skip
+
+    overlapping = bucket_floor(now - timedelta(hours=1), PERIOD)  # holds now - 1 h
+    period(overlapping, 1)
+    period(overlapping + PERIOD, 10)
+    period(bucket_floor(now, PERIOD), 100)  # the current period
+    period(overlapping - PERIOD, 1000)  # ended before the range began: not summed
+
+    table = kind_table(now=now, counts_by_kind={}, window=timedelta(hours=1))
+
+    assert [row.completed for row in table.rows] == [111]
+    assert table.since == overlapping
+    assert timedelta(hours=1) <= table.covers < timedelta(hours=1) + PERIOD
+    assert table.span == humanize_seconds(timedelta(hours=1, minutes=minutes % 30))

@@ -12,9 +12,12 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 from django_q.models import Schedule, Task
+from model_bakery import baker
 
 from ops.schedule_status import schedule_runs
 from ops.schedules import SCHEDULES, ensure_schedules
+from ops.status import worker_status
+from processes.models import WorkerProcess
 
 pytestmark = pytest.mark.django_db
 
@@ -107,3 +110,58 @@ def test_the_schedule_status_costs_two_queries_whatever_the_runs(
         _ran(POLL, ago=timedelta(minutes=5))
     with django_assert_num_queries(2):
         schedule_runs(now=timezone.now())
+
+
+def _qcluster(*, started_ago: timedelta, live: bool = True) -> WorkerProcess:
+    now = timezone.now()
+    return baker.make(
+        WorkerProcess,
+        role=WorkerProcess.Role.QCLUSTER,
+        host="host-a",
+        pid=4242,
+        version="1",
+        started_at=now - started_ago,
+        heartbeat_at=now,
+        interval_seconds=10,
+        gone_after=now + (timedelta(seconds=30) if live else -timedelta(seconds=1)),
+    )
+
+
+def _overdue() -> list[str]:
+    return sorted(s["name"] for s in worker_status().schedules if s["overdue"])
+
+
+def test_after_a_restart_nothing_is_overdue_before_the_scheduler_has_had_its_pass(
+    schedules_running,
+):
+    """Issue 36.8: after every restart of a worker that was down a few minutes, the six
+    one-minute schedules showed OVERDUE for 30 s: django-q2's scheduler first looks at the
+    schedules SCHEDULER_PASS_SECONDS after the cluster starts (and every 30 s after). A
+    schedule is given that pass and then its interval, counted from the cluster's start."""
+    Task.objects.filter(group__in=[spec.name for spec in SCHEDULES]).update(
+        started=timezone.now() - timedelta(minutes=10)  # the worker was down 10 minutes
+    )
+    Schedule.objects.update(next_run=timezone.now() - timedelta(minutes=9))
+    minute = sorted(spec.name for spec in SCHEDULES if spec.minutes == 1)
+    assert len(minute) == 6
+
+    _qcluster(started_ago=timedelta(seconds=2))  # just started: its first pass is to come
+    assert _overdue() == []
+
+    WorkerProcess.objects.update(started_at=timezone.now() - timedelta(seconds=85))
+    assert _overdue() == []  # its pass at 30 s, then one minute to run them
+
+    WorkerProcess.objects.update(started_at=timezone.now() - timedelta(seconds=95))
+    assert _overdue() == minute  # a pass and a whole minute: they should have run
+
+
+def test_without_a_live_cluster_the_grace_does_not_apply(schedules_running):
+    """A cluster that stopped (or another one started long ago) gives no grace: the
+    schedules have no scheduler to wait for."""
+    Task.objects.filter(group=POLL).update(started=timezone.now() - timedelta(minutes=10))
+    _qcluster(started_ago=timedelta(seconds=2), live=False)
+    assert POLL in _overdue()
+
+    _qcluster(started_ago=timedelta(hours=2))  # runs beside the one that just started
+    _qcluster(started_ago=timedelta(seconds=2))
+    assert POLL in _overdue()

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
+from django_q.models import Schedule
 from model_bakery import baker
 
 from inbound_email.models import InboundEmail
-from jobs.models import Job
+from jobs.models import Job, PausedKind
+from ops.schedules import ensure_schedules
+from processes.models import WorkerProcess
+from tests.support.processes import manage_py
 
 pytestmark = pytest.mark.django_db
 
@@ -107,3 +112,71 @@ def test_json_names_the_database_engine_and_where_it_is(capsys, settings):
     assert database["embedded"] is on_embedded  # the local server, unless scripts/test fell back
     assert database["where"].endswith("/" + settings.DATABASES["default"]["NAME"])
     assert database["server_version"][0].isdigit()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_needing_an_operator_ends_with_a_plain_line_and_exit_status_1(subprocess_env):
+    """Issue 36.8: it ended with `CommandError: 1 finding(s) need an operator` on stderr,
+    which reads like the command broke. The findings are listed, then one plain line."""
+    baker.make(
+        InboundEmail,
+        store_key="inbound/poison-36",
+        status=InboundEmail.Status.QUARANTINED,
+        reason=InboundEmail.Reason.PERMANENT_ERROR,
+    )
+
+    for args in (["worker_status"], ["worker_status", "--json"]):
+        result = manage_py(*args, env=subprocess_env, timeout=60)
+
+        assert result.returncode == 1, result.stderr
+        assert "1 quarantined mail(s)" in result.stdout
+        assert "CommandError" not in result.stderr and "Traceback" not in result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        where = "in the report's needs_operator" if "--json" in args else "listed above"
+        assert last == f"worker_status: 1 finding needs an operator ({where})"
+
+
+# A date and time in any of the forms it printed: a space or T, seconds and fractions or not,
+# a zone (UTC, +00:00, Z) or none.
+_TIME = re.compile(
+    r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?: ?(?:UTC|[+-]\d\d:\d\d|Z))?"
+)
+
+
+def test_every_time_it_prints_is_utc_and_says_so(capsys):
+    """Issue 36.8: some times were cut to `2026-12-06T23:05:41` (no zone), others printed
+    whole (`2026-12-06T23:05:41.123456+00:00`). One format everywhere, with its zone, as
+    the admin's pages write it."""
+    now = timezone.now()
+    baker.make(
+        Job,
+        kind="report.render",
+        status=Job.Status.PROCESSING,
+        attempts=1,
+        max_attempts=5,
+        started_at=now - timedelta(minutes=10),
+        lease_expires_at=now - timedelta(minutes=5),
+        locked_by="host-a:123",
+    )
+    baker.make(PausedKind, kind="report.render", paused_by="ops")
+    baker.make(
+        WorkerProcess,
+        role="qcluster",
+        host="host-a",
+        pid=123,
+        version="1",
+        started_at=now - timedelta(minutes=3),
+        heartbeat_at=now,
+        interval_seconds=10,
+        gone_after=now + timedelta(seconds=30),
+    )
+    ensure_schedules()
+    Schedule.objects.update(next_run=now + timedelta(seconds=30))
+
+    with pytest.raises(CommandError):
+        call_command("worker_status")
+    out = capsys.readouterr().out
+
+    times = _TIME.findall(out)
+    assert len(times) >= 5, out  # the stuck lease, the pause, the process twice, next runs
+    assert [t for t in times if not re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", t)] == []

@@ -195,9 +195,47 @@ def test_createsuperuser_without_a_terminal_says_what_to_run_instead(subprocess_
     assert result.returncode == 1
     assert result.stderr.strip() == (
         "createsuperuser: no terminal to ask for the password; without one run: "
-        "DJANGO_SUPERUSER_PASSWORD='choose-one' python manage.py createsuperuser --no-input "
-        "--username admin --email admin@localhost"
+        "DJANGO_SUPERUSER_PASSWORD='choose-one' .venv/bin/python manage.py createsuperuser "
+        "--no-input --username admin --email admin@localhost"
     )
+
+
+def test_the_command_printed_without_a_terminal_works_as_pasted_from_any_shell(subprocess_env):
+    """Issue 36.8: it said `python manage.py …`, which fails as pasted (no `python`, or one
+    without Django). Printed in another folder, it names the checkout and the venv's python;
+    pasted in a shell without the venv and elsewhere, it makes the user."""
+    from django.contrib.auth import get_user_model
+
+    printed = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "manage.py"), "createsuperuser"],
+        cwd="/",
+        env=subprocess_env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert printed.returncode == 1
+    command = printed.stderr.strip().split("without one run: ", 1)[1]
+    assert command.startswith(f"cd {PROJECT_ROOT} && "), command
+    shell_env = {k: v for k, v in subprocess_env.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH"}}
+    shell_env["PATH"] = "/usr/bin:/bin"
+
+    pasted = subprocess.run(
+        ["bash", "-c", command],
+        cwd="/tmp",
+        env=shell_env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert pasted.returncode == 0, pasted.stderr
+    admin = get_user_model().objects.get(username="admin")
+    assert admin.is_superuser and admin.check_password("choose-one")
 
 
 def test_createsuperuser_as_printed_for_no_terminal_makes_the_user(subprocess_env):

@@ -1,4 +1,4 @@
-"""The embedded PostgreSQL (project/embedded_pg.py) starts safely: no permission changed
+"""The embedded PostgreSQL (project/embedded_pg/) starts safely: no permission changed
 outside its own folders (as root neither), a private var/, a stale postmaster.pid cleaned,
 concurrent starts serialised. Each test runs `python -m project.embedded_pg` as the scripts
 do, on a fresh var/ outside pytest's basetemp.

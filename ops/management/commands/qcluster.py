@@ -12,6 +12,7 @@ from django_q.management.commands.qcluster import Command as DjangoQClusterComma
 from jobs import floor_hints, linger_signal
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
+from ops.demo import print_next_steps_again
 from ops.rollup_ticker import rollup_ticker_running
 from ops.schedules import disable_unknown_schedules, disabled_line, ensure_schedules
 from processes.beacon import beacon_running
@@ -55,4 +56,6 @@ class Command(DjangoQClusterCommand):
         # worker process registers itself on post_spawn (processes.apps). The counter
         # rollup's thread likewise (issue 32, point 3: the readers sum few deltas).
         with beacon_running(role="qcluster"), rollup_ticker_running():
+            # After the start-up lines, on a first start after the demo (issue 36.8).
+            print_next_steps_again(get_config().var_dir, self.stdout.write)
             listener.run(should_stop=lambda: not cluster.sentinel.is_alive())

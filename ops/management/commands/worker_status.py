@@ -1,4 +1,16 @@
+"""The operator's summary in a terminal: worker_status's report as text (or --json), exit
+status 1 when something needs an operator.
+
+Every time is printed one way, in UTC and saying so (`2026-12-06 23:05:41 UTC`, as the
+admin's pages write it); the JSON keeps ISO 8601 with its offset. Run from the command line,
+a report that needs an operator ends with one plain line on stderr and exit status 1, not
+Django's `CommandError: …` (issue 36.8); called in-process (call_command) it still raises
+CommandError with returncode 1.
+"""
+
 import json
+import sys
+from datetime import UTC, datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -22,9 +34,17 @@ class Command(BaseCommand):
         else:
             self._print(status)
         if status.needs_operator:
-            raise CommandError(
-                f"{len(status.needs_operator)} finding(s) need an operator", returncode=1
+            count = len(status.needs_operator)
+            where = "in the report's needs_operator" if options["json"] else "listed above"
+            line = (
+                f"{count} finding{'s' * (count != 1)} need{'s' * (count == 1)} an operator "
+                f"({where})"
             )
+            if not self._called_from_command_line:
+                raise CommandError(line, returncode=1)
+            self.stdout.flush()
+            self.stderr.write(f"worker_status: {line}")
+            sys.exit(1)
 
     def _print(self, status) -> None:
         out = self.stdout.write
@@ -41,7 +61,7 @@ class Command(BaseCommand):
         for kind, counts in status.jobs_by_kind.items():
             out(f"  {kind}: {_fmt(counts)}")
         for paused in status.paused_kinds:
-            out(f"  PAUSED: {paused['kind']} since {paused['paused_at'][:19]} (not claimed)")
+            out(f"  PAUSED: {paused['kind']} since {_at(paused['paused_at'])} (not claimed)")
         if status.oldest_due_job:
             job = status.oldest_due_job
             out(
@@ -51,7 +71,7 @@ class Command(BaseCommand):
         for job in status.stuck_jobs:
             out(
                 f"  STUCK: #{job['id']} {job['kind']} locked by {job['locked_by']} "
-                f"lease expired {job['lease_expired_at']}"
+                f"lease expired {_at(job['lease_expired_at'])}"
             )
         out("Inbound mail:  " + _fmt(status.inbound_by_status))
         out(f"  quarantined: {status.quarantined_mail}")
@@ -69,14 +89,14 @@ class Command(BaseCommand):
             )
         if status.sending.get("paused_until"):
             out(
-                f"  SENDING PAUSED until {status.sending['paused_until']}: "
+                f"  SENDING PAUSED until {_at(status.sending['paused_until'])}: "
                 f"{status.sending['reason']}"
             )
         out(f"Writer slots:  {len(status.leases)} held")
         for lease in status.leases:
             out(
                 f"  slot {lease['slot']:>2} {lease['role']:<10} {lease['holder']} "
-                f"until {lease['expires_at']}"
+                f"until {_at(lease['expires_at'])}"
             )
         live = sum(1 for p in status.processes if p["state"] == "live")
         out(f"Processes:     {live} live, {len(status.processes) - live} gone in the last hour")
@@ -84,15 +104,15 @@ class Command(BaseCommand):
             doing = f" running {p['current']}" if p["current"] else ""
             out(
                 f"  {p['state'].upper():<7} {p['role']:<18} {p['host']}:{p['pid']} "
-                f"v{p['version']} since {p['started_at'][:19]}, last beat "
-                f"{p['heartbeat_at'][:19]}{doing}"
+                f"v{p['version']} since {_at(p['started_at'])}, last beat "
+                f"{_at(p['heartbeat_at'])}{doing}"
             )
         overdue = sum(1 for s in status.schedules if s["overdue"])
         out(f"Schedules:     {len(status.schedules)}, {overdue} overdue")
         for s in status.schedules:
             flag = "OVERDUE" if s["overdue"] else "ok"
-            last = (s["last_run_at"] or "never")[:19]
-            nxt = (s["next_run"] or "-")[:19]
+            last = _at(s["last_run_at"]) if s["last_run_at"] else "never"
+            nxt = _at(s["next_run"]) if s["next_run"] else "-"
             out(f"  {flag:<7} {s['name']:<40} last {last} ({s['last_result']}), next {nxt}")
         if status.needs_operator:
             out("")
@@ -102,6 +122,12 @@ class Command(BaseCommand):
         else:
             out("")
             out("OK: nothing needs an operator.")
+
+
+def _at(iso: str) -> str:
+    """An ISO 8601 time of the report (with its offset) as every line prints it: UTC, to
+    the second, saying so."""
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _fmt(counts: dict[str, int]) -> str:
