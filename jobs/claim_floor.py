@@ -17,17 +17,25 @@ stays JOBS_CLAIM_FLOOR_MARGIN_SECONDS below what a scan saw, so rows committed a
 of `run_after` order (concurrent producers, a give-back right after a claim) are found by
 the next claim, not the next full scan.
 
+A job committed below the floors (a producer's transaction that stayed open for seconds, a
+job given back with its old `run_after`) is not left to the full scan: the wake-up listener
+hears its NOTIFY and, within a qcluster, posts where it lies (jobs/floor_hints.py); the
+runner's floor takes those hints before each scan and lowers itself to them (issue 36,
+point 1). The full scan remains for what no NOTIFY tells (a row skipped while another
+transaction held its lock) and for processes without a listener (`run_jobs`).
+
 One per process for the runner (a drain runs one claim at a time; the lock is for the
 keeper's thread and for tests), like the connection it scans with; the wake-up listener
-keeps its own for its due check (jobs/wakeup.py).
+keeps its own for its due check (jobs/wakeup.py), lowered by what it hears.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
+from jobs import floor_hints
 from jobs.conf import get_config
 
 # The most of a process's time its full scans may take. The full scan walks every dead entry
@@ -45,13 +53,16 @@ FULL_SCAN_MAX_PERIOD_SECONDS = 30.0
 
 
 class ClaimFloor:
-    """This process's floor, and when it last scanned the whole due set."""
+    """This process's floor, and when it last scanned the whole due set. With `hinted`, it
+    also takes the wake-up listener's hints (jobs/floor_hints.py) before each scan."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, hinted: bool = False) -> None:
         self._lock = threading.Lock()
         self._floor: datetime | None = None
         self._full_scan_at = float("-inf")  # time.monotonic() of the last full scan
         self._full_scan_took = 0.0  # seconds the last full scan's statement took
+        self._hinted = hinted
+        self._hints_read = floor_hints.posted() if hinted else 0
 
     def period(self) -> float:
         """Seconds between full scans: JOBS_CLAIM_FULL_SCAN_SECONDS, or longer while the
@@ -70,9 +81,31 @@ class ClaimFloor:
         """The floor for the next scan; None (scan in full) when there is none yet or the
         last full scan is a period old (`period()`)."""
         with self._lock:
+            if self._hinted:
+                self._take_hints_locked()
             if time.monotonic() - self._full_scan_at >= self._period_locked():
                 return None
             return self._floor
+
+    def _take_hints_locked(self) -> None:
+        """Lower the floor to the jobs the listener saw committed below it since the last
+        look; scan in full if hints were lost (a reader more than floor_hints.RING behind)."""
+        self._hints_read, earliest, lost = floor_hints.since(self._hints_read)
+        if lost:
+            self._full_scan_at = float("-inf")
+        elif earliest is not None:
+            self._lower_locked(datetime.fromtimestamp(earliest, UTC))
+
+    def lower(self, seen: datetime) -> None:
+        """A due job lies at or above `seen` (a NOTIFY said so): keep the floor the margin
+        below it, so the next scan finds it."""
+        with self._lock:
+            self._lower_locked(seen)
+
+    def _lower_locked(self, seen: datetime) -> None:
+        seen -= timedelta(seconds=get_config().claim_floor_margin_seconds)
+        if self._floor is not None and seen < self._floor:
+            self._floor = seen
 
     def current(self) -> datetime | None:
         """The floor, however old the last full scan (None: none yet)."""
@@ -89,8 +122,9 @@ class ClaimFloor:
         earliest of those it claimed), or the database's clock it scanned at when it found
         none (None: it did not scan), and how many seconds its statement took. Below `seen`
         it found no live due row that was not locked: the rows it took come first in claim
-        order. A floored scan only raises the floor; a full one also sets when the next
-        comes (`period()`)."""
+        order. A floored scan only raises the floor (unless the floor was lowered below
+        `bound` meanwhile: what lowered it is still to be scanned); a full one sets it, even
+        lower, and when the next full scan comes (`period()`)."""
         if seen is None:
             return
         seen -= timedelta(seconds=get_config().claim_floor_margin_seconds)
@@ -99,7 +133,7 @@ class ClaimFloor:
                 self._floor = seen
                 self._full_scan_at = time.monotonic()
                 self._full_scan_took = max(0.0, took)
-            elif self._floor is not None:
+            elif self._floor is not None and self._floor >= bound:
                 self._floor = max(self._floor, seen)
 
     def forget(self) -> None:
@@ -108,6 +142,8 @@ class ClaimFloor:
             self._floor = None
             self._full_scan_at = float("-inf")
             self._full_scan_took = 0.0
+            if self._hinted:
+                self._hints_read = floor_hints.posted()
 
 
-claim_floor = ClaimFloor()
+claim_floor = ClaimFloor(hinted=True)

@@ -70,6 +70,22 @@ class Job(models.Model):
                 name="jobs_job_claim_idx",
                 condition=Q(status="queued"),
             ),
+            # Serves the claim since issue 36 (jobs_runner_step_v5): one range per lane
+            # (JobLane), kind and priority equal, run_after between the floor and now. A
+            # lane that may not run (a paused kind) is not asked, so its backlog costs
+            # nothing; the index above stays for the previous release's claim. The priority
+            # is keyed negated (highest first, as the claim orders) and the lane scans ask
+            # for `priority * -1`: a plain `priority =` would bound the index above as well,
+            # and where the statistics know one kind only, the planner took that one and
+            # read the paused kind's rows with a filter.
+            models.Index(
+                F("kind"),
+                F("priority") * -1,
+                F("run_after"),
+                F("id"),
+                name="jobs_job_lane_idx",
+                condition=Q(status="queued"),
+            ),
             # Serves the reaper (expired leases) without scanning finished rows.
             models.Index(
                 fields=["lease_expires_at"],
@@ -183,6 +199,26 @@ class JobAttempt(models.Model):
         if self.started_at and self.finished_at:
             return (self.finished_at - self.started_at).total_seconds()
         return None
+
+
+class JobLane(models.Model):
+    """A (kind, priority) that has had a queued job, written by the jobs table's trigger
+    (migration 0016) whoever inserts the job: the claim asks each lane that may run for its
+    due rows, one range of jobs_job_lane_idx each, and never walks the rows of a lane held
+    back (a paused kind; issue 36, point 1). Never updated; a lane with no queued row costs
+    a claim one index descent. Not unique: a unique lane would make a second producer of a
+    brand-new lane wait for the first one's transaction (the conflicting row is not
+    committed yet), so two transactions that queue the first jobs of a lane at once may each
+    write it, and the readers take the distinct lanes."""
+
+    kind = models.CharField(max_length=100)
+    priority = models.IntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["kind", "priority"], name="jobs_joblane_kind_priority")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} (priority {self.priority})"
 
 
 class PausedKind(models.Model):

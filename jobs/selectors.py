@@ -110,12 +110,17 @@ def job_attempt_completed_by(*, job_id: int, number: int, worker: str) -> bool:
 # an old snapshot keeps below the floor cost no heap visit.
 _LINGER_SQL = """
 SELECT EXISTS (SELECT 1 FROM django_q_ormq WHERE lock <= %s), clock_timestamp(), (
-    SELECT run_after FROM jobs_job
-    WHERE status = 'queued' AND run_after <= statement_timestamp()
-      AND run_after >= coalesce(%s::timestamptz, '-infinity') AND attempts < max_attempts
-      AND kind NOT IN (SELECT kind FROM jobs_pausedkind)
-    ORDER BY priority DESC, run_after, id
-    LIMIT 1
+    SELECT min(first.run_after)
+    FROM (SELECT DISTINCT kind, priority FROM jobs_joblane) AS lane CROSS JOIN LATERAL (
+        SELECT j.run_after FROM jobs_job AS j
+        WHERE j.kind = lane.kind AND j.priority * -1 = lane.priority * -1
+          AND j.status = 'queued'
+          AND j.run_after >= coalesce(%s::timestamptz, '-infinity')
+          AND j.run_after <= statement_timestamp() AND j.attempts < j.max_attempts
+        ORDER BY j.run_after, j.id
+        LIMIT 1
+    ) AS first
+    WHERE lane.kind NOT IN (SELECT kind FROM jobs_pausedkind)
 )
 """
 
@@ -133,8 +138,10 @@ def job_due_or_task_waiting(*, now: datetime, floor: datetime | None = None) -> 
     """Whether a job due now (on the database's clock; `run_after` at or above `floor`, see
     jobs/claim_floor.py) waits, and whether a django-q2 task waits in the broker for a
     worker (by `now`, this host's clock, as django-q2's broker itself decides): what a
-    lingering drain asks every JOBS_LINGER_POLL_SECONDS. One read of two indexes, no
-    write and no trigger."""
+    lingering drain asks every JOBS_LINGER_POLL_SECONDS. One read of the broker's index and
+    one range of jobs_job_lane_idx per lane that may run (as the claim reads them, so a
+    paused kind's backlog is not read; issue 36, point 1), no write and no trigger. The
+    `run_after` it gives is the earliest due, which is what a floor may rise to."""
     with connection.cursor() as cursor:
         cursor.execute(_LINGER_SQL, [now, floor])
         waiting, scanned_at, due_run_after = cursor.fetchone()

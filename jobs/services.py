@@ -145,7 +145,9 @@ def job_runner_step(
     rows due at or after it, a bound checked on the claim index's entries, so the dead
     entries an old snapshot keeps below it cost no heap visit (issue 32, point 1; migration
     jobs/0014, `jobs_runner_step_v3`, and 0015's `jobs_runner_step_v4`, which returns the floor
-    it saw as one float; the runner's floor is jobs/claim_floor.py).
+    it saw as one float; the runner's floor is jobs/claim_floor.py). The due scan asks each
+    lane (kind, priority) that may run for its rows, so a paused kind's backlog is never
+    read (issue 36, point 1; migration jobs/0016, `jobs_runner_step_v5`).
 
     Runs in the caller's transaction: in autocommit mode (the runner) it commits alone;
     inside a transaction the caller's commit decides. `want_more` asks whether another due
@@ -263,7 +265,7 @@ RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run
 # server session; the statement is there, with why each part is as it is). Nothing is kept
 # in the client's session, so it works behind PgBouncer in transaction pooling.
 _RUNNER_STEP_SQL = (
-    "SELECT * FROM jobs_runner_step_v4(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
+    "SELECT * FROM jobs_runner_step_v5(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
     "%s, %s, %s, %s, %s::text[], %s::timestamptz, %s)"
 )
 

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from jobs import reaper, services
+import logging
+
+from jobs import lanes, reaper, services
 from jobs.conf import get_config
 from jobs.runner import run_pending
 from jobs.wakeup import request_wake
+
+logger = logging.getLogger(__name__)
 
 
 def run_due_jobs() -> dict:
@@ -29,7 +33,16 @@ def run_due_jobs() -> dict:
 
 
 def reap_stale_jobs() -> int:
-    """Reclaim rows whose worker stopped heartbeating; return how many."""
+    """Reclaim rows whose worker stopped heartbeating; return how many. First, the minute's
+    other safety net: the lane of any queued row written with the triggers off, without
+    which the claim would never ask for it (jobs/lanes.py)."""
+    missing = lanes.job_lanes_repair()
+    if missing:
+        logger.warning(
+            "wrote %s missing job lanes: queued rows were written with the triggers off",
+            missing,
+            extra={"action": "jobs_lanes_repaired", "lanes": missing},
+        )
     return len(reaper.jobs_reap_stale())
 
 

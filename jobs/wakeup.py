@@ -34,7 +34,7 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
-from jobs import linger_signal
+from jobs import floor_hints, linger_signal
 from jobs.claim_floor import ClaimFloor
 from jobs.conf import get_config
 from project.backoff import retry_delay
@@ -62,6 +62,11 @@ KEEPALIVES = {  # libpq TCP keepalives (DATABASES' OPTIONS has the same for ever
 }
 WAKE_LOCK_KEY = 0x6A6F6273_77616B65 & 0x7FFFFFFFFFFFFFFF  # "jobswake": request_wake's xact lock
 MAX_TIMERS = 1000  # due times remembered; the look-ahead re-arms after the earliest fires
+# A due job's `run_after` (or its transaction's start) this close above the line no floor
+# can pass (the database's clock less JOBS_CLAIM_FLOOR_MARGIN_SECONDS) is still posted to
+# the claimers: the listener reads the database's clock through a round trip (the look-ahead
+# every JOBS_LISTENER_PING_SECONDS), so its reading may be behind by that trip's return.
+HINT_SLACK_SECONDS = 0.25
 
 
 def wake_tasks_in_broker(*, funcs: dict[int, str] | None = None) -> tuple[int, int]:
@@ -128,6 +133,10 @@ class WakeListener:
     from another role costs one cheap EXISTS per round) and none is pending. Losing the
     connection is expected (server restart, failover): it reconnects with backoff, and
     after each reconnect it wakes for what it may have missed.
+
+    A job due now whose `run_after` (or its transaction's start, which the NOTIFY names when
+    earlier) lies below where a claimer's floor could be is posted to the qcluster's
+    claimers (jobs/floor_hints.py), so their next scan starts below it (issue 36, point 1).
     """
 
     def __init__(self, *, workers: int, coalesce_seconds: float | None = None) -> None:
@@ -152,12 +161,12 @@ class WakeListener:
         self.connects = 0
         self.wakes_sent = 0
         self.checks = 0  # due checks made
+        self.hints_posted = 0  # due times posted to the claimers (jobs/floor_hints.py)
         self._funcs: dict[int, str] = {}  # OrmQ id -> task function, see wake_tasks_in_broker
         self._timers: list[float] = []  # heap of due times, on this host's monotonic clock
         self._db_minus_monotonic: float | None = None  # database epoch - time.monotonic()
         self._next_check = 0.0  # monotonic time of the next ping and look-ahead
         self._floor = ClaimFloor()  # the due check's, see _wake_if_due
-        self._found_due = False  # the last due check found a due job above the floor
         # Reconnects through an outage: one line, then a count per 30 s (I24).
         self._quiet = QuietLog(logger, "job wake-up listener")
 
@@ -169,7 +178,9 @@ class WakeListener:
                     self._connect()
                     self._look_ahead()
                     if self.connects > 1:
-                        self._wake_if_due()  # what the outage may have hidden
+                        # What the outage may have hidden, below any floor: a full check.
+                        self._floor.forget()
+                        self._wake_if_due()
                 failures = 0
                 if time.monotonic() >= self._next_check:
                     self._look_ahead()
@@ -201,15 +212,16 @@ class WakeListener:
 
         The check starts at this listener's floor (issue 32, point 1; jobs/claim_floor.py),
         as the runner's claim does: next to an old snapshot, the dead entries of the jobs
-        claimed since cost it no heap visit. While its checks find due jobs it keeps the
-        floor (the workers woken scan in full on their own); when a floored check finds
-        nothing, a timer brings a full check once its floor's period (`ClaimFloor.period()`)
-        has passed since the last: a job given back or back-dated below the floor still
-        wakes a worker.
+        claimed since cost it no heap visit. What it hears lowers that floor (a job committed
+        below it, `_heard_due`). After a floored check a timer brings a full one once its
+        floor's period (`ClaimFloor.period()`) has passed, found it a due job or not: a row
+        no NOTIFY told of (one skipped while another transaction held its lock) still wakes
+        a worker after the traffic stopped. A due job the check found below where the
+        claimers' floors may be is posted to them, as a NOTIFY's is (issue 36, point 1).
         """
         assert self.connection is not None
         self.checks += 1
-        floor = self._floor.current() if self._found_due else self._floor.bound()
+        floor = self._floor.bound()
         # bounded, like every query on this connection
         sent = time.monotonic()
         scanned_at, first_due = self._ping(_due_now_sql(floor))
@@ -219,15 +231,36 @@ class WakeListener:
             seen=None if seen is None else _from_epoch(seen),
             took=time.monotonic() - sent,
         )
-        self._found_due = first_due is not None
-        if first_due is None:
+        if floor is not None:
             at = time.monotonic() + self._floor.seconds_to_full_scan()
-            if floor is not None and not (self._timers and self._timers[0] <= at):
+            if not (self._timers and self._timers[0] <= at):
                 heapq.heappush(self._timers, at)
+        if first_due is None:
             return False
+        self._post_if_below_floors(float(first_due))
         sent = request_wake(workers=self.workers, funcs=self._funcs)
         self.wakes_sent += sent
         return sent
+
+    def _heard_due(self, due_epoch: float) -> None:
+        """A NOTIFY said a job due now committed at or above `due_epoch`: this listener's
+        check starts at or below it, and so do the claimers' next scans when it is below
+        where their floors may be."""
+        self._floor.lower(_from_epoch(due_epoch))
+        self._post_if_below_floors(due_epoch)
+
+    def _post_if_below_floors(self, due_epoch: float) -> None:
+        """Post `due_epoch` to the qcluster's claimers (jobs/floor_hints.py) unless it lies
+        above every floor they may hold: a floor is at most the clock of the scan that set
+        it, less JOBS_CLAIM_FLOOR_MARGIN_SECONDS, and every scan that set one began before
+        now; a scan after the commit sees the job."""
+        if self._db_minus_monotonic is not None:
+            db_now = time.monotonic() + self._db_minus_monotonic
+            line = db_now - get_config().claim_floor_margin_seconds
+            if due_epoch >= line + HINT_SLACK_SECONDS:
+                return
+        self.hints_posted += 1
+        floor_hints.post(due_epoch)
 
     def _look_ahead(self) -> None:
         """Ping, re-read the database's clock and arm a timer for the next job due soon."""
@@ -332,49 +365,63 @@ class WakeListener:
         timeout = WAIT_SECONDS
         if self._timers:
             timeout = max(0.0, min(timeout, self._timers[0] - time.monotonic()))
-        payloads = [n.payload for n in self.connection.notifies(timeout=timeout, stop_after=1)]
-        if not payloads:
+        first = [n.payload for n in self.connection.notifies(timeout=timeout, stop_after=1)]
+        if not first:
             return False
+        # Each notification is read as it comes: a job committed below the claimers' floors
+        # is posted to them before the nudge, so the lingering drain it wakes scans below it.
+        due_now = self._heard(first[0])
         linger_signal.nudge()  # a lingering drain reads the claim index now, not at its poll
         # Read whatever else arrives in the next moments: one decision for a burst; each
         # notification still nudges the lingering drains (linger_signal rate-limits it).
         for notification in self.connection.notifies(timeout=self.coalesce_seconds):
-            payloads.append(notification.payload)
+            due_now = self._heard(notification.payload) or due_now
             linger_signal.nudge()
-        due_now = False
-        now = time.monotonic()
-        for payload in payloads:
-            try:
-                due_epoch = float(payload)
-            except ValueError:  # not our trigger's (another role may NOTIFY): check now
-                due_now = True
-                continue
-            if self._db_minus_monotonic is None or due_epoch - self._db_minus_monotonic <= now:
-                due_now = True
-            else:
-                self._arm(due_epoch)
         return due_now
+
+    def _heard(self, payload: str) -> bool:
+        """One notification: True if a job may be due now. A due time ahead arms a timer;
+        a job due now lowers the floors to its `run_after` (or its transaction's start,
+        migration 0016) when it lies below them (`_heard_due`)."""
+        try:
+            due_epoch = float(payload)
+        except ValueError:  # not our trigger's (another role may NOTIFY): check now
+            return True
+        if (
+            self._db_minus_monotonic is None
+            or due_epoch - self._db_minus_monotonic <= time.monotonic()
+        ):
+            self._heard_due(due_epoch)
+            return True
+        self._arm(due_epoch)
+        return False
 
 
 _JOBS = "jobs_job"
 
 
 def _due_now_sql(floor: datetime | None) -> str:
-    """The due check: the database's clock and the first due job's `run_after` at or above
-    `floor` (epoch seconds; NULL when none is due). Served by the partial index on queued
-    rows (jobs_job_claim_idx); both bounds on `run_after` are constants for the planner
-    (statement_timestamp() is stable, the floor a literal), so they are Index Conds checked
-    on the index tuple. The statement is text: the listener's asynchronous libpq calls send
-    no parameters, and the floor is a float this process formatted."""
+    """The due check: the database's clock and the earliest due job's `run_after` at or
+    above `floor` (epoch seconds; NULL when none is due). As the claim reads them
+    (jobs_runner_step_v5, migration 0016): one range of jobs_job_lane_idx per lane (kind,
+    priority) that may run, so a paused kind's rows are never read; both bounds on
+    `run_after` are constants for the planner (statement_timestamp() is stable, the floor a
+    literal), so they bound each range. The statement is text: the listener's asynchronous
+    libpq calls send no parameters, and the floor is a float this process formatted."""
     lower = "'-infinity'" if floor is None else f"to_timestamp({floor.timestamp()!r})"
     return f"""
 SELECT extract(epoch FROM clock_timestamp()), (
-    SELECT extract(epoch FROM run_after) FROM {_JOBS}
-    WHERE status = 'queued' AND run_after <= statement_timestamp() AND run_after >= {lower}
-      AND attempts < max_attempts
-      AND kind NOT IN (SELECT kind FROM jobs_pausedkind)  -- a paused kind wakes nobody
-    ORDER BY priority DESC, run_after, id
-    LIMIT 1
+    SELECT extract(epoch FROM min(first.run_after))
+    FROM (SELECT DISTINCT kind, priority FROM jobs_joblane) AS lane CROSS JOIN LATERAL (
+        SELECT j.run_after FROM {_JOBS} AS j
+        WHERE j.kind = lane.kind AND j.priority * -1 = lane.priority * -1
+          AND j.status = 'queued'
+          AND j.run_after <= statement_timestamp() AND j.run_after >= {lower}
+          AND j.attempts < j.max_attempts
+        ORDER BY j.run_after, j.id
+        LIMIT 1
+    ) AS first
+    WHERE lane.kind NOT IN (SELECT kind FROM jobs_pausedkind)  -- a paused kind wakes nobody
 )
 """
 
@@ -384,12 +431,20 @@ def _from_epoch(value: bytes) -> datetime:
 
 
 _LOOK_AHEAD_SQL = f"""
-SELECT extract(epoch FROM clock_timestamp()),
-       (SELECT extract(epoch FROM min(run_after)) FROM {_JOBS}
-        WHERE status = 'queued' AND attempts < max_attempts
-          AND run_after > clock_timestamp()
-          AND run_after <= clock_timestamp() + make_interval(secs => {LOOK_AHEAD_SECONDS})
-          AND kind NOT IN (SELECT kind FROM jobs_pausedkind))
+SELECT extract(epoch FROM clock_timestamp()), (
+    SELECT extract(epoch FROM min(first.run_after))
+    FROM (SELECT DISTINCT kind, priority FROM jobs_joblane) AS lane CROSS JOIN LATERAL (
+        SELECT j.run_after FROM {_JOBS} AS j
+        WHERE j.kind = lane.kind AND j.priority * -1 = lane.priority * -1
+          AND j.status = 'queued'
+          AND j.run_after > statement_timestamp()
+          AND j.run_after <= statement_timestamp() + make_interval(secs => {LOOK_AHEAD_SECONDS})
+          AND j.attempts < j.max_attempts
+        ORDER BY j.run_after, j.id
+        LIMIT 1
+    ) AS first
+    WHERE lane.kind NOT IN (SELECT kind FROM jobs_pausedkind)
+)
 """
 
 

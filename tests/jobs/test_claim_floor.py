@@ -8,8 +8,9 @@ tuple, never returned to the executor, so its heap tuple is not read. What a flo
 hide (a job given back with its old `run_after`, a back-dated INSERT, a row skipped while
 locked) is found by the full scan every JOBS_CLAIM_FULL_SCAN_SECONDS: latency, never loss.
 
-The count asserted is the index's `idx_tup_read` (pg_stat_user_indexes): the entries the
-index handed to the executor, each a heap visit for the claim.
+The count asserted is the claim indexes' `idx_tup_read` (pg_stat_user_indexes): the entries
+the index handed to the executor, each a heap visit for the claim (jobs_job_lane_idx since
+issue 36, which the claim reads by lane; jobs_job_claim_idx before).
 """
 
 from __future__ import annotations
@@ -40,30 +41,30 @@ pytestmark = pytest.mark.django_db(transaction=True)
 DEAD = 2000  # jobs claimed while the snapshot is held: dead entries it keeps
 
 
-def _insert_due(count: int, *, hours_ago: float) -> list[int]:
-    """Queued no-op jobs due `hours_ago`, by plain SQL (as another producer writes them)."""
+def _insert_due(count: int, *, hours_ago: float, kind: str = "tests.noop") -> list[int]:
+    """Queued jobs due `hours_ago`, by plain SQL (as another producer writes them)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, "
             "run_after, created_at, locked_by, last_error) "
-            "SELECT 'tests.noop', '{}', 'queued', 0, 0, 3, "
+            "SELECT %s, '{}', 'queued', 0, 0, 3, "
             "now() - make_interval(secs => %s), now(), '', '' FROM generate_series(1, %s) "
             "RETURNING id",
-            [hours_ago * 3600, count],
+            [kind, hours_ago * 3600, count],
         )
         return [row[0] for row in cursor.fetchall()]
 
 
 def _claim_index_entries_read() -> int:
-    """idx_tup_read of jobs_job_claim_idx, with this session's own counts flushed first."""
+    """idx_tup_read of the claim indexes, with this session's own counts flushed first."""
     with connection.cursor() as cursor:
         # Flushed when this backend next goes idle, i.e. before the next statement.
         cursor.execute("SELECT pg_stat_force_next_flush()")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_clear_snapshot()")
         cursor.execute(
-            "SELECT idx_tup_read FROM pg_stat_user_indexes "
-            "WHERE indexrelname = 'jobs_job_claim_idx'"
+            "SELECT sum(idx_tup_read) FROM pg_stat_user_indexes "
+            "WHERE indexrelname IN ('jobs_job_claim_idx', 'jobs_job_lane_idx')"
         )
         return cursor.fetchone()[0]
 
@@ -95,13 +96,16 @@ def test_next_to_an_old_snapshot_a_claim_reads_no_dead_entry_below_its_floor(set
 
 
 def test_the_floor_is_an_index_cond_of_the_runners_scan_and_its_plan_is_made_once():
-    """The plan of the claim inside jobs_runner_step_v4 (auto_explain, nested statements,
+    """The plan of the claim inside jobs_runner_step_v5 (auto_explain, nested statements,
     sent to this client as a NOTICE): the floor is checked on the index entries of
     jobs_job_claim_idx, not after fetching the row; and after PL/pgSQL's first five calls
     the plan is the session's generic one, its floor a parameter, reused at every call.
     With both bounds on run_after values (jobs 0014), every call was planned anew (its
-    Index Cond held the literal timestamps): 10-15 µs a job of server CPU (bench/jobs.py)."""
+    Index Cond held the literal timestamps): 10-15 µs a job of server CPU (bench/jobs.py).
+    Since issue 36 the scan is one range of jobs_job_lane_idx per lane (kind, priority), the
+    clock its upper bound: another kind's rows are not read."""
     _insert_due(2000, hours_ago=1)
+    _insert_due(2000, hours_ago=1, kind="tests.other")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE jobs_job")
     plans: list[str] = []
@@ -124,10 +128,11 @@ def test_the_floor_is_an_index_cond_of_the_runners_scan_and_its_plan_is_made_onc
     conds = [
         cond
         for plan in plans
-        for cond in re.findall(r"using jobs_job_claim_idx on .*\n\s+Index Cond: (.*)", plan)
+        for cond in re.findall(r"using jobs_job_lane_idx on .*\n\s+Index Cond: (.*)", plan)
     ]
     assert conds, plans  # the due scan goes through the index
     assert all(re.search(r"run_after >= \$\d+", cond) for cond in conds), conds
+    assert all(re.search(r"kind\)::text = ", cond) for cond in conds), conds
 
 
 def _db_clock() -> datetime:
@@ -245,3 +250,60 @@ def test_the_runner_tells_its_floor_how_long_a_full_scan_took(settings):
         # leave the setting's period).
         assert claim_floor.period() > 0.001
         report.rollback()
+
+
+# --- issue 36, point 4: the floor's two guards, each held by a test that fails without it ---------
+
+
+def test_a_full_scan_lowers_the_floor_to_what_it_saw():
+    """A full scan sees every live due row: its floor is what it saw, even below the floor
+    before it (a job given back, a back-dated INSERT). A full scan that only raised the floor
+    would leave the rows between the two to the next full scan: a delay, which the drains'
+    30 s waits above would hide."""
+    now = _db_clock()
+    margin = timedelta(seconds=1)  # JOBS_CLAIM_FLOOR_MARGIN_SECONDS' default
+    floor = ClaimFloor()
+    floor.saw(bound=None, seen=now)
+    assert floor.current() == now - margin
+    floor.saw(bound=None, seen=now - timedelta(hours=1))  # a full scan found an older row
+    assert floor.current() == now - timedelta(hours=1) - margin
+    floor.saw(bound=floor.current(), seen=now)  # a floored scan only raises it
+    assert floor.current() == now - margin
+    floor.saw(bound=floor.current(), seen=now - timedelta(hours=2))
+    assert floor.current() == now - margin
+
+
+def test_the_rows_a_full_scan_saw_below_the_floor_are_claimed_without_another_full_scan(settings):
+    """The runner's own floor: a full scan that claims one of two old rows (a batch of one)
+    lowers the floor to it, so the next claim, floored, takes the other at once. Full scans
+    are then an hour apart: nothing else would find it."""
+    settings.JOBS_CLAIM_BATCH_SIZE = 1
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 0  # every scan in full
+    _floor_set_above(hours_ago=1)
+    old = _insert_due(2, hours_ago=1)
+    assert run_pending(limit=1).completed == 1  # a full scan: it saw the older row
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 3600  # from here on, every scan floored
+    assert claim_floor.bound() is not None
+    assert run_pending().completed == 1
+    assert Job.objects.filter(id__in=old, status=Status.COMPLETED).count() == 2
+
+
+def test_the_floor_stays_the_margin_below_what_a_scan_saw(settings):
+    """Rows committed a little out of `run_after` order (two producers; a give-back right
+    after a claim) are found by the next claim, not the next full scan: the floor stays
+    JOBS_CLAIM_FLOOR_MARGIN_SECONDS below the first row a scan saw."""
+    settings.JOBS_CLAIM_FLOOR_MARGIN_SECONDS = 5
+    now = _db_clock()
+    floor = ClaimFloor()
+    floor.saw(bound=None, seen=now)
+    assert floor.current() == now - timedelta(seconds=5)
+    floor.saw(bound=floor.current(), seen=now + timedelta(seconds=10))
+    assert floor.current() == now + timedelta(seconds=5)
+
+    settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 3600  # only the first claim scans in full
+    claim_floor.forget()
+    assert run_pending().completed == 0  # a full scan: the floor is its clock, less 5 s
+    (late,) = _insert_due(1, hours_ago=3 / 3600)  # committed now, due 3 s ago
+    assert claim_floor.bound() is not None
+    assert run_pending().completed == 1  # floored, and still found
+    assert Job.objects.get(id=late).status == Status.COMPLETED

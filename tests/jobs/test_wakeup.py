@@ -209,6 +209,9 @@ VALUES ('tests.noop', '{}', 'queued', 0, 0, 3, now(), now(), '', '')
 
 def test_the_listener_reconnects_after_losing_its_connection_and_wakes_for_what_it_missed():
     with _running_listener(workers=2) as listener:
+        # Its kind's lane (jobs/lanes.py), which the trigger writes with a row: the session
+        # below turns the triggers off to lose the notification, and would lose that too.
+        plain_insert("tests.noop", delay="1 hour")
         with raw_connection() as admin:
             # A due job whose notification is lost (triggers off for this session).
             admin.execute("SET session_replication_role = replica")

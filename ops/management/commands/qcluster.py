@@ -9,7 +9,7 @@ from django.db import connections
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 
-from jobs import linger_signal
+from jobs import floor_hints, linger_signal
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
 from ops.demo import print_next_steps_again
@@ -41,6 +41,7 @@ class Command(DjangoQClusterCommand):
         # inherits it; Ctrl-C / SIGTERM go to django-q2's handler, which stops the cluster,
         # and the listener ends with it.
         linger_signal.open_signal()  # before the fork: every worker inherits the pipe
+        floor_hints.open_hints()  # likewise the listener's hints to the claimers' floors
         # Nor may any child inherit this process's database connection (ensure_schedules
         # opened it): a child that closes its copy closes the server's session under this
         # process, and the listener's first wake task failed on it at every start.
