@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from django.conf import settings
 
-pytest_plugins = ["tests.support.browser"]
+pytest_plugins = ["tests.support.browser", "tests.support.suite_clock"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -15,6 +18,27 @@ def pytest_configure(config: pytest.Config) -> None:
             "DATABASE_URL=postgres://postgres@127.0.0.1:5432/worker "
             "(scripts/test does this for you)."
         )
+    _worker_s_own_mail_folder()
+
+
+def _worker_s_own_mail_folder() -> None:
+    """Under pytest-xdist each worker has a database of its own (pytest-django's
+    test_<name>_gw<N>, which tests.support.processes.child_env hands to the processes a test
+    starts); the default mail folder under var/ is made the worker's own too, here and in the
+    environment the child processes inherit, so a qcluster that one worker's test starts
+    never polls the mail another worker's test left there."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker or "INBOUND_EMAIL_STORE" in os.environ:
+        return
+    from django.test.signals import setting_changed
+
+    store = str(Path(settings.VAR_DIR) / f"inbound_mail_{worker}")
+    os.environ["INBOUND_EMAIL_STORE"] = store
+    settings.INBOUND_EMAIL_STORE = store
+    # The apps' cached configurations are rebuilt on this signal (override_settings sends it).
+    setting_changed.send(
+        sender=type(settings), setting="INBOUND_EMAIL_STORE", value=store, enter=True
+    )
 
 
 @pytest.fixture
