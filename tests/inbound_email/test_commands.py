@@ -13,6 +13,9 @@ from tests.support.processes import child_env, manage_py
 
 @pytest.mark.django_db(transaction=True)
 def test_poll_command_once(folder_store, notification):
+    # A poll handles every due row, not only this test's: the table is made the test's own
+    # (issue 36: in random order on xdist workers it once handled 3, rows left committed).
+    InboundEmail.objects.all().delete()
     folder_store.put("cmd", build_mail(token=notification.token, body="5"))
     result = manage_py(
         "poll_inbound_email",

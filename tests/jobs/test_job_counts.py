@@ -28,6 +28,11 @@ def _truth() -> dict[str, dict[str, int]]:
 
 
 def test_counts_follow_every_kind_of_write():
+    # The counts are the whole table's: the test makes the table its own first (inside its
+    # transaction, rolled back at the end), so rows another test or an interrupted run left
+    # committed are neither counted nor run by the drain below (issue 36: 2,005 completed).
+    Job.objects.all().delete()
+    assert set(job_status_counts().values()) == {0}
     for i in range(5):
         enqueue("tests.noop", {"i": i})
     enqueue("tests.boom", max_attempts=1)

@@ -49,11 +49,13 @@ def test_worker_status_names_the_oldest_open_transaction_and_pages_after_five_mi
     assert (oldest["application_name"], oldest["client_addr"]) == (APP, "127.0.0.1")
     assert oldest["holds_snapshot"] is True
     assert 0 <= oldest["age_seconds"] < 60
-    assert not [f for f in status.needs_operator if "transaction" in f]
+    # Only this test's session's finding counts: whatever else needs an operator (rows or
+    # sessions another test left) is not this test's (issue 36: one finding too many).
+    assert not [f for f in status.needs_operator if APP in f]
 
     later = worker_status(now=status.now + timedelta(minutes=6))
-    [finding] = [f for f in later.needs_operator if "transaction" in f]
-    assert APP in finding and "127.0.0.1" in finding
+    [finding] = [f for f in later.needs_operator if APP in f]
+    assert "a transaction has been open" in finding and "127.0.0.1" in finding
     assert oldest["query_start"][:19].replace("T", " ") + " UTC" in finding
     assert "6 min" in finding
 

@@ -45,6 +45,9 @@ from tests.support.processes import PROJECT_ROOT, child_env
 REPORT_DIR = PROJECT_ROOT / "var" / "faults"
 FIRED_FILE = "fault-fired"  # made in a run's folder when its fault cuts a connection
 RUN_TIMEOUT = 60.0  # seconds one phase of one run may take before it counts as hung
+# Seconds the fork server may take to answer with a child's pid: a hang guard, no measure.
+# 10 s was missed beside three other xdist workers on a loaded 2-core machine (issue 36).
+FORK_TIMEOUT = 60.0
 
 
 class Scenario:
@@ -240,12 +243,18 @@ class FaultHarness:
         self._pid_known.clear()
         self._zygote.stdin.write((json.dumps(request) + "\n").encode())
         self._zygote.stdin.flush()
-        self._pid = self._read(10)["pid"]
+        forked = self._read(FORK_TIMEOUT)
+        if forked is None:
+            raise AssertionError(
+                f"the fork server gave no pid within {FORK_TIMEOUT:.0f} s; "
+                f"see {self.workdir}/fork-server.log"
+            )
+        self._pid = forked["pid"]
         self._pid_known.set()
         answer = self._read(RUN_TIMEOUT)
         if answer is None:
             os.kill(self._pid, signal.SIGKILL)
-            self._read(10)
+            self._read(FORK_TIMEOUT)
             return None
         return answer["exit"]
 
