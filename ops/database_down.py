@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
@@ -32,7 +31,8 @@ RETRY_AFTER_SECONDS = 30  # the 503's Retry-After: a restarted server is up with
 def database_address(config: dict | None = None) -> str:
     """Where the web process looks for its database, in words, without credentials:
     "127.0.0.1:5432, database worker", or the embedded server's socket folder."""
-    config = config if config is not None else settings.DATABASES[DEFAULT_DB_ALIAS]
+    # The connection's own settings (what it dialled), not a second read of DATABASES.
+    config = config if config is not None else connections[DEFAULT_DB_ALIAS].settings_dict
     host = config.get("HOST") or "localhost"
     port = config.get("PORT") or 5432
     name = config.get("NAME") or "?"

@@ -44,6 +44,9 @@ SERIAL = (
     # Issue 36: a back-dated commit starts within a second; the gather's batches by the clock.
     "tests/jobs/test_start_within_a_second.py",
     "tests/jobs/test_claim_gather.py",
+    # The named fault cases wait for one round trip of a loop's: beside three busy workers
+    # the sweep's record was not reached in the faulted run ("a fault never fired").
+    "tests/faults/",
 )
 # Tests that start the embedded PostgreSQL share a folder outside the checkout
 # (/var/lib/proposal-worker-pg as root): one xdist worker runs them all, one after another.
@@ -62,6 +65,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.serial)
         if item.nodeid.startswith(EMBEDDED_PG):
             item.add_marker(pytest.mark.xdist_group("embedded_pg"))
+            # The group did not keep them on one worker in a whole run (two of them failed
+            # on gw1 and gw2 at once, each emptying the other's data folder): run them alone.
+            item.add_marker(pytest.mark.serial)
 
 
 def _worker_s_own_mail_folder() -> None:
