@@ -47,10 +47,9 @@ SERIAL = (
     # The named fault cases wait for one round trip of a loop's: beside three busy workers
     # the sweep's record was not reached in the faulted run ("a fault never fired").
     "tests/faults/",
-)
-# Tests that start the embedded PostgreSQL share a folder outside the checkout
-# (/var/lib/proposal-worker-pg as root): one xdist worker runs them all, one after another.
-EMBEDDED_PG = (
+    # Tests that start the embedded PostgreSQL share a folder outside the checkout
+    # (/var/lib/proposal-worker-pg as root): two of them on two workers at once emptied each
+    # other's data folder (an xdist_group did not keep them on one worker in a whole run).
     "tests/project/test_embedded_pg.py",
     "tests/project/test_cli.py",
     "tests/ops/test_demo.py",
@@ -62,11 +61,6 @@ EMBEDDED_PG = (
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith(SERIAL):
-            item.add_marker(pytest.mark.serial)
-        if item.nodeid.startswith(EMBEDDED_PG):
-            item.add_marker(pytest.mark.xdist_group("embedded_pg"))
-            # The group did not keep them on one worker in a whole run (two of them failed
-            # on gw1 and gw2 at once, each emptying the other's data folder): run them alone.
             item.add_marker(pytest.mark.serial)
 
 
