@@ -109,8 +109,9 @@ def _as_postgres(cmd: list[str]) -> list[str]:
 class Cluster:
     """A throwaway PostgreSQL 15 cluster with the server's defaults (autovacuum on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, explain_ms: float | None = None) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="hot-rows-"))
+        self.explain_ms = explain_ms
         self.port = _free_port()
         if os.geteuid() == 0:
             shutil.chown(self.dir, "postgres", "postgres")
@@ -123,6 +124,15 @@ class Cluster:
             stdout=subprocess.DEVNULL,
         )
         options = f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1"
+        if explain_ms is not None:
+            # Where a statement's time goes, inside the runner's function too: the plans of
+            # its nested statements that took at least explain_ms, with their buffers.
+            options += (
+                " -c shared_preload_libraries=auto_explain"
+                f" -c auto_explain.log_min_duration={explain_ms:g}"
+                " -c auto_explain.log_nested_statements=on -c auto_explain.log_analyze=on"
+                " -c auto_explain.log_buffers=on -c auto_explain.log_timing=off"
+            )
         subprocess.run(
             _as_postgres(
                 [
@@ -151,6 +161,11 @@ class Cluster:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={db}"
 
     def stop(self) -> None:
+        if self.explain_ms is not None:
+            kept = ROOT / "var" / f"hot_rows-explain-{time.strftime('%Y%m%d-%H%M%S')}.log"
+            kept.parent.mkdir(exist_ok=True)
+            shutil.copyfile(self.dir / "log", kept)
+            print(f"hot_rows: the server's log with the slow statements' plans: {kept}")
         subprocess.run(
             _as_postgres(
                 [str(PG_BIN / "pg_ctl"), "-D", str(self.dir / "data"), "-m", "fast", "stop"]
@@ -403,13 +418,21 @@ def main() -> None:
         help="the producer's session sets synchronous_commit off, so its rate measures the "
         "rows, not the WAL flush (default: on, as a web request commits)",
     )
+    parser.add_argument(
+        "--explain-ms",
+        type=float,
+        default=None,
+        help="log the plan and buffers of every statement (the runner's nested ones too) that "
+        "takes at least this many ms (auto_explain; its instrumentation slows every statement, "
+        "so the figures of such a run are for where the time goes, not for the verdict)",
+    )
     args = parser.parse_args()
     code = args.code.resolve()
     # A SIGTERM (or a SIGINT where a background shell ignores it) stops the bench through
     # its `finally`: the qcluster and the throwaway cluster go with it.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("hot_rows: terminated"))
 
-    cluster = Cluster()
+    cluster = Cluster(explain_ms=args.explain_ms)
     qcluster = None
     producer = None
     try:

@@ -101,27 +101,14 @@ def job_attempt_completed_by(*, job_id: int, number: int, worker: str) -> bool:
     ).exists()
 
 
-# One round trip for a lingering drain: is a job due (the partial claim index, like the
-# wake-up listener's own check in jobs/wakeup.py), and is a django-q2 task waiting in the
-# ORM broker for a worker (a row whose lock has passed: queued, or its retry is due).
-# The first due row at or above the caller's floor (issue 32, point 1): both bounds on
-# `run_after` are values (statement_timestamp() is stable, clock_timestamp() is not), so
-# they are Index Conds on jobs_job_claim_idx, checked on the index tuple: the dead entries
-# an old snapshot keeps below the floor cost no heap visit.
+# One round trip for a lingering drain: is a job due (`jobs_first_due_v1`, migration 0017,
+# as the wake-up listener's own check in jobs/wakeup.py and the claim read it: a range of
+# jobs_job_lane_idx per lane that may run, at or above the caller's floor, issue 32 point
+# 1), and is a django-q2 task waiting in the ORM broker for a worker (a row whose lock has
+# passed: queued, or its retry is due).
 _LINGER_SQL = """
-SELECT EXISTS (SELECT 1 FROM django_q_ormq WHERE lock <= %s), clock_timestamp(), (
-    SELECT min(first.run_after)
-    FROM (SELECT DISTINCT kind, priority FROM jobs_joblane) AS lane CROSS JOIN LATERAL (
-        SELECT j.run_after FROM jobs_job AS j
-        WHERE j.kind = lane.kind AND j.priority * -1 = lane.priority * -1
-          AND j.status = 'queued'
-          AND j.run_after >= coalesce(%s::timestamptz, '-infinity')
-          AND j.run_after <= statement_timestamp() AND j.attempts < j.max_attempts
-        ORDER BY j.run_after, j.id
-        LIMIT 1
-    ) AS first
-    WHERE lane.kind NOT IN (SELECT kind FROM jobs_pausedkind)
-)
+SELECT EXISTS (SELECT 1 FROM django_q_ormq WHERE lock <= %s), clock_timestamp(),
+    jobs_first_due_v1(coalesce(%s::timestamptz, '-infinity'), statement_timestamp())
 """
 
 

@@ -397,32 +397,18 @@ class WakeListener:
         return False
 
 
-_JOBS = "jobs_job"
-
-
 def _due_now_sql(floor: datetime | None) -> str:
     """The due check: the database's clock and the earliest due job's `run_after` at or
     above `floor` (epoch seconds; NULL when none is due). As the claim reads them
-    (jobs_runner_step_v5, migration 0016): one range of jobs_job_lane_idx per lane (kind,
-    priority) that may run, so a paused kind's rows are never read; both bounds on
-    `run_after` are constants for the planner (statement_timestamp() is stable, the floor a
-    literal), so they bound each range. The statement is text: the listener's asynchronous
-    libpq calls send no parameters, and the floor is a float this process formatted."""
+    (`jobs_first_due_v1`, migration 0017): one range of jobs_job_lane_idx per lane (kind,
+    priority) that may run, so a paused kind's rows are never read, and the dead entries a
+    pinned snapshot keeps below the floor are not walked. The statement is text: the
+    listener's asynchronous libpq calls send no parameters, and the floor is a float this
+    process formatted."""
     lower = "'-infinity'" if floor is None else f"to_timestamp({floor.timestamp()!r})"
     return f"""
-SELECT extract(epoch FROM clock_timestamp()), (
-    SELECT extract(epoch FROM min(first.run_after))
-    FROM (SELECT DISTINCT kind, priority FROM jobs_joblane) AS lane CROSS JOIN LATERAL (
-        SELECT j.run_after FROM {_JOBS} AS j
-        WHERE j.kind = lane.kind AND j.priority * -1 = lane.priority * -1
-          AND j.status = 'queued'
-          AND j.run_after <= statement_timestamp() AND j.run_after >= {lower}
-          AND j.attempts < j.max_attempts
-        ORDER BY j.run_after, j.id
-        LIMIT 1
-    ) AS first
-    WHERE lane.kind NOT IN (SELECT kind FROM jobs_pausedkind)  -- a paused kind wakes nobody
-)
+SELECT extract(epoch FROM clock_timestamp()),
+    extract(epoch FROM jobs_first_due_v1({lower}, statement_timestamp()))
 """
 
 
@@ -430,21 +416,11 @@ def _from_epoch(value: bytes) -> datetime:
     return datetime.fromtimestamp(float(value), tz=UTC)
 
 
+# The first job due within the look-ahead (after now: what is due now, the due check finds).
 _LOOK_AHEAD_SQL = f"""
-SELECT extract(epoch FROM clock_timestamp()), (
-    SELECT extract(epoch FROM min(first.run_after))
-    FROM (SELECT DISTINCT kind, priority FROM jobs_joblane) AS lane CROSS JOIN LATERAL (
-        SELECT j.run_after FROM {_JOBS} AS j
-        WHERE j.kind = lane.kind AND j.priority * -1 = lane.priority * -1
-          AND j.status = 'queued'
-          AND j.run_after > statement_timestamp()
-          AND j.run_after <= statement_timestamp() + make_interval(secs => {LOOK_AHEAD_SECONDS})
-          AND j.attempts < j.max_attempts
-        ORDER BY j.run_after, j.id
-        LIMIT 1
-    ) AS first
-    WHERE lane.kind NOT IN (SELECT kind FROM jobs_pausedkind)
-)
+SELECT extract(epoch FROM clock_timestamp()), extract(epoch FROM jobs_first_due_v1(
+    statement_timestamp() + interval '1 microsecond',
+    statement_timestamp() + make_interval(secs => {LOOK_AHEAD_SECONDS})))
 """
 
 

@@ -19,7 +19,6 @@ the paused rows (their buffers, from the plans).
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -32,9 +31,9 @@ from django.db import connection, connections
 from jobs import selectors
 from jobs.models import Job, PausedKind
 from jobs.selectors import job_due_or_task_waiting
-from jobs.services import job_runner_step
 from jobs.wakeup import _LOOK_AHEAD_SQL, _due_now_sql
 from tests.jobs.test_wakeup import _qcluster
+from tests.support.plans import explained, runner_step_buffers
 from tests.support.wakeup import raw_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -137,53 +136,11 @@ def test_a_back_dated_commit_starts_within_a_second_with_and_without_traffic_aft
     assert all(0 <= wait <= GUARANTEE_SECONDS for wait in waits.values()), waits
 
 
-def _buffers(plans: list[str]) -> int:
-    """The most buffers any one plan node of these plans touched (a node's count includes
-    its children's)."""
-    counts = [
-        sum(int(n or 0) for n in match)
-        for plan in plans
-        for match in re.findall(r"Buffers: shared(?: hit=(\d+))?(?: read=(\d+))?", plan)
-    ]
-    return max(counts, default=0)
-
-
-def _explained(sql: str, params: list | None = None) -> int:
-    """The buffers the statement's execution touched (not its planning's catalog reads)."""
-    with connection.cursor() as cursor:
-        cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS) {sql}", params or [])
-        plan = "\n".join(row[0] for row in cursor.fetchall())
-    return _buffers([plan.split("\nPlanning:")[0]])
-
-
 def _runner_step_buffers() -> int:
-    """The buffers of the runner's claim, a full scan (no floor): its statements' plans
-    (auto_explain of the nested statements, sent to this client as NOTICEs), once the
-    session has planned them (the call's own plan counts the catalog reads of that)."""
-    job_runner_step(worker="w", claim=5, want_more=True, floor=None)
-    plans: list[str] = []
-    with connection.cursor() as cursor:
-        pg = cursor.connection
-        pg.add_notice_handler(lambda diag: plans.append(diag.message_primary or ""))
-        for setting in (
-            "LOAD 'auto_explain'",
-            "SET auto_explain.log_min_duration = 0",
-            "SET auto_explain.log_analyze = on",
-            "SET auto_explain.log_buffers = on",
-            "SET auto_explain.log_nested_statements = on",
-            "SET auto_explain.log_level = 'notice'",
-            "SET client_min_messages = 'notice'",
-        ):
-            cursor.execute(setting)
-    try:
-        step = job_runner_step(worker="w", claim=5, want_more=True, floor=None)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SET auto_explain.log_min_duration = -1")
+    """The buffers of the runner's claim, a full scan (no floor)."""
+    used, step = runner_step_buffers(floor=None)
     assert step.claimed == []
-    nested = [plan for plan in plans if "jobs_runner_step_v" not in plan]
-    assert any("jobs_job" in plan for plan in nested), plans
-    return _buffers(nested)
+    return used
 
 
 @pytest.mark.slow
@@ -212,14 +169,14 @@ def test_a_paused_kinds_million_queued_rows_cost_the_claim_nothing(worker_env, t
 
     costs = {
         "runner claim (full scan)": _runner_step_buffers(),
-        "listener due check (full)": _explained(_due_now_sql(None)),
-        "listener look-ahead": _explained(_LOOK_AHEAD_SQL),
+        "listener due check (full)": explained(_due_now_sql(None)),
+        "listener look-ahead": explained(_LOOK_AHEAD_SQL),
     }
     # The linger poll's statement, with its parameters, as the drain sends it.
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")
         (now,) = cursor.fetchone()
-    costs["linger poll (full scan)"] = _explained(selectors._LINGER_SQL, [now, None])
+    costs["linger poll (full scan)"] = explained(selectors._LINGER_SQL, [now, None])
     assert job_due_or_task_waiting(now=now).due_run_after is None  # the paused rows are not due
     print("buffers read per scan next to the paused backlog:", costs)
     # A scan that walked the backlog reads ~1,000,000 buffers (one heap visit per row) or,
