@@ -13,7 +13,9 @@ synchronous producer's commits needed.
 
 Each lane's rows come from jobs_job_lane_idx already in `run_after, id` order (its kind and
 priority are fixed within the lane), so it is the only plan of the lane scan without a Sort:
-with `enable_sort` off for these functions alone, no statistics can move them off it.
+with `enable_sort` off for these functions alone, no statistics can move them off it (and
+`jit` off with it: a disabled sort's price of 10^10 is far above `jit_above_cost`, and JIT
+compiling the claim took 2 s a call).
 
 - `jobs_runner_step_v5` is replaced in place, same signature and results (STYLE.md point 6:
   the running release calls it and gets the better plan); its `more_due` probe gets the same
@@ -43,8 +45,10 @@ SET plan_cache_mode = force_generic_plan
 -- Each lane's scan is the one plan that needs no Sort (jobs_job_lane_idx gives its rows in
 -- run_after, id order): with sorts priced out it stays on that index whatever ANALYZE
 -- says of the index's size next to a pinned snapshot (migration 0017). The window and the
--- final ORDER BY sort in every plan alike.
+-- final ORDER BY sort in every plan alike. The price of a disabled sort (10^10) would set
+-- off JIT compilation at every call (2 s a call): off here, where no statement needs it.
 SET enable_sort = off
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE
@@ -307,6 +311,7 @@ CREATE FUNCTION jobs_first_due_v1(p_from timestamptz, p_to timestamptz)
 RETURNS timestamptz LANGUAGE plpgsql STABLE
 SET plan_cache_mode = force_generic_plan
 SET enable_sort = off  -- each lane's range from jobs_job_lane_idx, as the claim's
+SET jit = off  -- the disabled sorts' price must not make it compile every call
 AS $$
 BEGIN
     RETURN (

@@ -90,7 +90,7 @@ def test_the_claims_scans_stay_on_the_lane_index_next_to_a_pinned_snapshot():
             for sql, params in checks.values():  # planned once, as in a long-lived session
                 explained(sql, params)
             costs = {name: explained(sql, params) for name, (sql, params) in checks.items()}
-            costs["runner claim (floored)"], step = runner_step_buffers(floor=floor)
+            costs["runner claim (floored)"], step, plans = runner_step_buffers(floor=floor)
         finally:
             pin.rollback()
     print("buffers per scan next to 40,000 pinned dead entries:", costs)
@@ -99,3 +99,6 @@ def test_the_claims_scans_stay_on_the_lane_index_next_to_a_pinned_snapshot():
     # (200-450 on the code before migration 0017); one that reads the lane's range, a few
     # (the claim's count includes writing the three rows it claims).
     assert all(buffers < 100 for buffers in costs.values()), costs
+    # Sorts priced out make every plan's cost 10^10: far above `jit_above_cost`, so the
+    # functions turn JIT off, or each call would compile its plan (2 s a call).
+    assert not [plan for plan in plans if "JIT:" in plan], plans

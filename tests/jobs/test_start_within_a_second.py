@@ -138,7 +138,7 @@ def test_a_back_dated_commit_starts_within_a_second_with_and_without_traffic_aft
 
 def _runner_step_buffers() -> int:
     """The buffers of the runner's claim, a full scan (no floor)."""
-    used, step = runner_step_buffers(floor=None)
+    used, step, _plans = runner_step_buffers(floor=None)
     assert step.claimed == []
     return used
 

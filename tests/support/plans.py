@@ -33,11 +33,11 @@ def explained(sql: str, params: list | None = None) -> int:
     return buffers([plan.split("\nPlanning:")[0]])
 
 
-def runner_step_buffers(*, floor: datetime | None, claim: int = 5) -> tuple[int, Step]:
+def runner_step_buffers(*, floor: datetime | None, claim: int = 5) -> tuple[int, Step, list[str]]:
     """The buffers of the runner's claim with this floor (None: a full scan), from its
     nested statements' plans (auto_explain, sent to this client as NOTICEs), once the
-    session has planned them (the first call's plan counts the catalog reads of that), and
-    what the measured call did."""
+    session has planned them (the first call's plan counts the catalog reads of that), what
+    the measured call did, and its nested statements' plans."""
     # Planned by a call whose floor lies past every row (the plans are generic: one per
     # statement whatever its floor), so it claims nothing.
     job_runner_step(worker="w", claim=claim, want_more=True, floor=_PAST_EVERY_ROW)
@@ -62,4 +62,4 @@ def runner_step_buffers(*, floor: datetime | None, claim: int = 5) -> tuple[int,
             cursor.execute("SET auto_explain.log_min_duration = -1")
     nested = [plan for plan in plans if "jobs_runner_step_v" not in plan]
     assert any("jobs_job" in plan for plan in nested), plans
-    return buffers(nested), step
+    return buffers(nested), step, nested
