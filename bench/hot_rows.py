@@ -60,7 +60,12 @@ INSERT = (
     "clock_timestamp(), '', '') RETURNING id"
 )
 # The runner's due scan (jobs_runner_step's `due`, without its locks): how long finding a batch
-# takes while the dead index entries of claimed jobs cannot be removed.
+# takes while the dead index entries of claimed jobs cannot be removed. Code with migration
+# jobs/0017 scans by lane as the claim does (`jobs_first_due_v1`, the listener's and the linger
+# poll's statement); older code (`--code`) the whole claim index, as its claim did.
+DUE_SCAN_BY_LANE = (
+    "EXPLAIN (ANALYZE, FORMAT JSON) SELECT jobs_first_due_v1('-infinity', clock_timestamp())"
+)
 DUE_SCAN = (
     "EXPLAIN (ANALYZE, FORMAT JSON) SELECT j.id FROM jobs_job AS j WHERE j.status = 'queued' "
     "AND j.run_after <= clock_timestamp() AND j.attempts < j.max_attempts "
@@ -70,6 +75,9 @@ DUE_SCAN = (
 # 32 point 1, jobs/claim_floor.py: its floor is the oldest due row it saw, less
 # JOBS_CLAIM_FLOOR_MARGIN_SECONDS): the bound is an Index Cond, the dead entries below it
 # cost no heap visit.
+FLOORED_SCAN_BY_LANE = DUE_SCAN_BY_LANE.replace(
+    "'-infinity'", "statement_timestamp() - interval '1 second'"
+)
 FLOORED_SCAN = DUE_SCAN.replace(
     "j.run_after <= clock_timestamp()",
     "j.run_after <= statement_timestamp() "
@@ -251,9 +259,12 @@ def _sample(conn: psycopg.Connection, window: Window) -> None:
         "SELECT count(*) FROM jobs_job WHERE status = 'queued' AND run_after <= now()"
     ).fetchone()[0]
     window.load = os.getloadavg()[0]
-    plan = conn.execute(DUE_SCAN).fetchone()[0]
+    by_lane = conn.execute(
+        "SELECT to_regprocedure('jobs_first_due_v1(timestamptz, timestamptz)') IS NOT NULL"
+    ).fetchone()[0]
+    plan = conn.execute(DUE_SCAN_BY_LANE if by_lane else DUE_SCAN).fetchone()[0]
     window.claim_scan = plan[0]["Execution Time"] / 1000
-    plan = conn.execute(FLOORED_SCAN).fetchone()[0]
+    plan = conn.execute(FLOORED_SCAN_BY_LANE if by_lane else FLOORED_SCAN).fetchone()[0]
     window.floored_scan = plan[0]["Execution Time"] / 1000
     conn.execute("SELECT pg_stat_clear_snapshot()")
     rows = conn.execute(
