@@ -28,12 +28,13 @@ HandlerFn = Callable[[dict[str, Any]], Any]
 _handlers: dict[str, HandlerFn] = {}
 _outside_transaction: set[str] = set()  # kinds whose handler manages its own transactions
 _idempotent: set[str] = set()  # kinds whose handler may run twice with no harm (issue 29)
+_caps: dict[str, int] = {}  # kind -> most jobs of it processing at once, deployment-wide
 _discovered = False
 _lock = threading.Lock()
 
 
 def handler(
-    kind: str, *, atomic: bool = True, idempotent: bool = False
+    kind: str, *, atomic: bool = True, idempotent: bool = False, concurrency: int | None = None
 ) -> Callable[[HandlerFn], HandlerFn]:
     """Register the decorated `fn(payload: dict)` as the handler of `kind` jobs.
 
@@ -50,12 +51,25 @@ def handler(
     Every other kind's completion is committed durably before the next job starts, so a
     crash re-runs at most the job that was running (invariant I21).
 
+    `concurrency=N` caps the jobs of this kind `processing` at once across every process and
+    host at N (issue 37, point 2: a provider that allows 5 parallel calls, a rate-limited
+    Slack channel). The database enforces it in the claim; the workers write the caps of
+    their registry to `jobs_kindcap` at start-up (jobs/kind_caps.py). A job held back by
+    its cap stays queued and spends no attempt.
+
     Registering the same function twice (a module imported again) is allowed; registering a
     different function for a kind that already has one is a configuration error, because
     which of the two would run would depend on import order.
     """
     if not isinstance(kind, str) or not kind or len(kind) > 100:
         raise ImproperlyConfigured(f"job kind must be a non-empty string of <= 100 chars: {kind!r}")
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ImproperlyConfigured(
+            f"job kind {kind!r}: concurrency={concurrency!r} must be a whole number >= 1 "
+            "(the most jobs of the kind running at once), or left out for no cap"
+        )
 
     def register(fn: HandlerFn) -> HandlerFn:
         existing = _handlers.get(kind)
@@ -73,6 +87,10 @@ def handler(
             _idempotent.add(kind)
         else:
             _idempotent.discard(kind)
+        if concurrency is None:
+            _caps.pop(kind, None)
+        else:
+            _caps[kind] = concurrency
         return fn
 
     return register
@@ -98,6 +116,12 @@ def is_idempotent(kind: str) -> bool:
     """Whether `kind`'s handler was declared safe to run twice (`idempotent=True`): only
     then may its completion wait for the next batch statement and skip the WAL flush."""
     return kind in _idempotent
+
+
+def kind_caps() -> dict[str, int]:
+    """Every registered kind that has a cap (`concurrency=`), with its cap."""
+    discover()
+    return dict(sorted(_caps.items()))
 
 
 def registered_kinds() -> list[str]:

@@ -199,3 +199,24 @@ class UnprintableError(Exception):
 @handler("tests.unprintable_error")
 def unprintable_error(payload: dict) -> None:
     raise UnprintableError()
+
+
+# Issue 37, point 2: kinds with a cap for the whole deployment. A qcluster started by a test
+# writes these caps at start-up (jobs/kind_caps.py).
+CAPPED_KIND = "tests.capped"
+CAPPED_CONCURRENCY = 2
+CAPPED_ONE_KIND = "tests.capped_one"
+
+
+@handler(CAPPED_KIND, concurrency=CAPPED_CONCURRENCY)
+def capped(payload: dict) -> None:
+    """Append `start n t` and `end n t` (this host's wall clock) around a sleep: the test
+    reads how many ran at once."""
+    _append(payload["log"], f"start {payload['n']} {time.time()}")
+    time.sleep(payload.get("sleep", 0))
+    _append(payload["log"], f"end {payload['n']} {time.time()}")
+
+
+@handler(CAPPED_ONE_KIND, concurrency=1)
+def capped_one(payload: dict) -> None:
+    time.sleep(payload.get("sleep", 0))
