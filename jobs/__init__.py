@@ -1,4 +1,7 @@
-"""The background job loop. Public interface: `from jobs import enqueue, handler, run_pending`."""
+"""The background job loop.
+
+Public interface: `from jobs import enqueue, handler, periodic, run_pending`.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +27,16 @@ def handler(kind: str, **options: Any):
     return _handler(kind, **options)
 
 
+def periodic(kind: str, **options: Any):
+    """Declare a job of `kind` per tick: `cron=` (with `tz=`) or `every=` seconds.
+
+    In jobs/periodic_ticks.py: a module named jobs/periodic.py would shadow this function.
+    """
+    from jobs.periodic_ticks import periodic as _periodic
+
+    return _periodic(kind, **options)
+
+
 def run_pending(limit: int | None = None):
     """Drain due jobs in this process; return a summary."""
     from jobs.runner import run_pending as _run_pending
@@ -31,4 +44,4 @@ def run_pending(limit: int | None = None):
     return _run_pending(limit=limit)
 
 
-__all__ = ["enqueue", "handler", "run_pending"]
+__all__ = ["enqueue", "handler", "periodic", "run_pending"]

@@ -21,3 +21,7 @@ class UnknownJobKind(PermanentJobError):
 
 class LeaseLost(JobError):
     """This worker no longer owns the row (it was reaped): the attempt's work is rolled back."""
+
+
+class InvalidSchedule(JobError, ValueError):
+    """A `jobs.periodic` declaration that could never run as meant (raised at import)."""

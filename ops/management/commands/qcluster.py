@@ -1,6 +1,7 @@
 """django-q2's qcluster, preceded by `ensure_schedules()` so the schedules always match code,
 and followed by the job wake-up listener in this (the cluster's main) process, beside its
-process beacon and the counter rollup every OPS_ROLLUP_SECONDS (ops/rollup_ticker.py)."""
+process beacon, the counter rollup every OPS_ROLLUP_SECONDS (ops/rollup_ticker.py) and the
+`jobs.periodic` schedules' ticks (jobs/periodic_scheduler.py)."""
 
 import os
 
@@ -10,6 +11,7 @@ from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 
 from jobs import floor_hints, linger_signal
+from jobs.periodic_scheduler import periodic_scheduler_running
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
 from ops.demo import print_next_steps_again
@@ -55,7 +57,12 @@ class Command(DjangoQClusterCommand):
         # Registered after the sentinel forked (no child inherits the beat thread); each
         # worker process registers itself on post_spawn (processes.apps). The counter
         # rollup's thread likewise (issue 32, point 3: the readers sum few deltas).
-        with beacon_running(role="qcluster"), rollup_ticker_running():
+        # And the periodic schedules' loop: this process lives for the cluster's whole run.
+        with (
+            beacon_running(role="qcluster"),
+            rollup_ticker_running(),
+            periodic_scheduler_running(),
+        ):
             # After the start-up lines, on a first start after the demo (issue 36.8).
             print_next_steps_again(get_config().var_dir, self.stdout.write)
             listener.run(should_stop=lambda: not cluster.sentinel.is_alive())
