@@ -15,7 +15,7 @@ def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Any):
     unique_key (str) and unique_for (seconds), tags (list of str), meta (dict): see
     jobs/enqueueing.py. Raises EnqueueError for arguments the queue refuses.
     """
-    from jobs.services import enqueue as _enqueue
+    from jobs.enqueueing import enqueue as _enqueue
 
     return _enqueue(kind, payload, **options)
 

@@ -1,6 +1,7 @@
-"""Every write to the Job table but the reaper's (reaper.py): enqueue, claim, complete, fail,
-heartbeat, retry, cancel, prune. The runner (runner.py), the tasks, the commands and the
-admin call these.
+"""Every write to the Job table but the reaper's (reaper.py), the producers' (enqueueing.py:
+enqueue, enqueue_many; `enqueue` is importable from here as before) and pruning's
+(pruning.py): claim, complete, fail, heartbeat, retry, cancel. The runner (runner.py), the
+tasks, the commands and the admin call these.
 
 Ownership rule: a worker may write a `processing` row only while `locked_by` is its own
 run id and the status is still `processing`; every such write is a guarded UPDATE, so a
