@@ -3,7 +3,8 @@
 unique keys', tags' and meta's indexes off the claim's path).
 
 Usage (from the project root; a throwaway test_<name> database is created and dropped):
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/worker .venv/bin/python bench/keyed_claim_cost.py
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/worker \
+        .venv/bin/python bench/keyed_claim_cost.py
 
 Claims and completes `--jobs` jobs with the runner's statement (`job_runner_step`, batches
 of 20, completions sent with the next claim) in four cases and prints, per job, the WAL the
@@ -67,9 +68,7 @@ def case(name: str, n: int, **options) -> None:
     before, started = _lsn(), time.perf_counter()
     assert _drain() == n
     seconds, wal = time.perf_counter() - started, _lsn() - before
-    print(
-        f"{name:<34} {wal / n:8.0f} B WAL/job {seconds / n * 1e6:8.0f} µs/job", flush=True
-    )
+    print(f"{name:<34} {wal / n:8.0f} B WAL/job {seconds / n * 1e6:8.0f} µs/job", flush=True)
     with connection.cursor() as cursor:
         cursor.execute("TRUNCATE jobs_job, jobs_jobuniquekey, jobs_jobattempt")
 
