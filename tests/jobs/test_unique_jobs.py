@@ -235,3 +235,21 @@ def test_the_unique_index_is_partial_so_jobs_without_a_key_never_enter_it():
     assert "UNIQUE" in definition
     assert "unique_key IS NOT NULL" in definition
     assert "queued" in definition and "processing" in definition
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_the_runner_completes_keeps_its_key_and_the_documented_call_works():
+    from jobs import run_pending
+
+    with other_session() as producer:
+        producer.autocommit = True
+        job_id, inserted = producer.execute(
+            "SELECT job_id, inserted FROM jobs_enqueue_unique('tests.noop', "
+            "'{\"event\": \"Ev1\"}'::jsonb, 'slack:Ev1', "
+            "p_unique_for => interval '10 minutes', p_max_attempts => 5)"
+        ).fetchone()
+    assert inserted
+    assert run_pending().completed == 1  # the runner's own statement completes it
+    again = enqueue("tests.noop", unique_key="slack:Ev1")
+    assert (again.pk, again.was_inserted, again.status) == (job_id, False, "completed")
+    assert JobUniqueKey.objects.get().job_id == job_id
