@@ -87,17 +87,19 @@ class TagFilter(admin.SimpleListFilter):
 
 
 class UniqueKeyFilter(admin.SimpleListFilter):
-    """`?has_key=yes|no`: jobs enqueued with a unique key, or without."""
+    """`?has_key=yes`: the queued or running jobs holding a unique key (the partial unique
+    index lists exactly those; a finished job's key is not indexed, so "every job that ever
+    had a key" would be a walk of the table); `no`: jobs without a key."""
 
     title = "unique key"
     parameter_name = "has_key"
 
     def lookups(self, request, model_admin):
-        return [("yes", "with a unique key"), ("no", "without")]
+        return [("yes", "holding one (queued or running)"), ("no", "without")]
 
     def queryset(self, request, queryset):
         if self.value() == "yes":
-            return queryset.filter(unique_key__isnull=False)
+            return queryset.filter(unique_key__isnull=False, status__in=LIVE)
         if self.value() == "no":
             return queryset.filter(unique_key__isnull=True)
         return queryset
