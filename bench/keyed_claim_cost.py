@@ -9,7 +9,7 @@ Usage (from the project root; a throwaway test_<name> database is created and dr
 Claims and completes `--jobs` jobs with the runner's statement (`job_runner_step`, batches
 of 20, completions sent with the next claim) in four cases and prints, per job, the WAL the
 claim and the completion wrote (`pg_current_wal_lsn`, the cluster's: run it on a quiet
-server) and the wall time: jobs without key, tags or meta; the same with migration 0017's
+server) and the wall time: jobs without key, tags or meta; the same with migration 0019's
 indexes and trigger dropped (the release before, for comparison); jobs with a unique key;
 jobs with a unique key, `unique_for`, two tags and a meta object. WAL is the steady
 measure; the times are noisy on a shared machine.
@@ -35,7 +35,7 @@ from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 import jobs  # noqa: E402
 from jobs.services import job_runner_step, new_worker_id  # noqa: E402
 
-DROP_0017 = """
+DROP_0019 = """
 DROP INDEX jobs_job_unique_key; DROP INDEX jobs_job_tags_idx; DROP INDEX jobs_job_meta_idx;
 DROP INDEX jobs_job_cancelled_at_idx; ALTER TABLE jobs_job DISABLE TRIGGER jobs_job_unique_key_kept;
 """
@@ -91,9 +91,9 @@ def main() -> None:
                 meta={"proposal": 812},
             )
         with connection.cursor() as cursor:
-            cursor.execute(DROP_0017)
-        case("plain, 0017's indexes dropped", args.jobs)
-        case("plain, 0017's indexes dropped", args.jobs)
+            cursor.execute(DROP_0019)
+        case("plain, 0019's indexes dropped", args.jobs)
+        case("plain, 0019's indexes dropped", args.jobs)
     finally:
         teardown_databases(old_config, verbosity=0)
 

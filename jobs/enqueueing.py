@@ -7,7 +7,7 @@ table's triggers wake the qcluster and write the lanes whoever inserts (migratio
 partial unique index `jobs_job_unique_key` (one queued or processing job per kind and key)
 and, for the period after a completion the producer asked for (`unique_for`), the table
 `jobs_jobuniquekey`, written by the completion's trigger. One job goes through the SQL
-function `jobs_enqueue_unique` (migration 0017), which any producer's plain SQL may call
+function `jobs_enqueue_unique` (migration 0019), which any producer's plain SQL may call
 too; a bulk insert states the same rule for a set of rows.
 """
 

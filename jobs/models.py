@@ -191,7 +191,7 @@ class Job(models.Model):
                 name="jobs_job_created_at_in_range",
             ),
             # Issue 38, unique jobs: one live job per (kind, key), decided by the database
-            # (`INSERT … ON CONFLICT` names this index; migration 0017's jobs_enqueue_unique
+            # (`INSERT … ON CONFLICT` names this index; migration 0019's jobs_enqueue_unique
             # uses it). Partial: a job without a key, or a finished one, is not in it.
             models.UniqueConstraint(
                 fields=["kind", "unique_key"],
@@ -342,7 +342,7 @@ class JobCountDelta(models.Model):
 class JobUniqueKey(models.Model):
     """A key that stays taken after its job completed, until `expires_at` (issue 38, point
     1: `enqueue(…, unique_key=…, unique_for=seconds)`). Written by the jobs table's trigger
-    (migration 0017) in the completion's transaction, whoever completes the job; read by
+    (migration 0019) in the completion's transaction, whoever completes the job; read by
     `jobs_enqueue_unique` and enqueue_many; outlives the pruning of its job (no foreign
     key); pruned once expired (jobs.pruning)."""
 

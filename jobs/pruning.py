@@ -27,9 +27,9 @@ RUNS_KEPT_DAYS = 30
 
 # Each state's timestamp, and the index its batches walk.
 _STAMP = {
-    Job.Status.COMPLETED: "completed_at",  # jobs_job_status_done_idx (status, completed_at)
+    Job.Status.COMPLETED: "completed_at",  # jobs_job_finished_idx (status, completed_at)
     Job.Status.FAILED: "failed_at",  # jobs_job_failed_at_idx WHERE status = 'failed'
-    Job.Status.CANCELLED: "cancelled_at",  # jobs_job_cancelled_at_idx (migration 0017)
+    Job.Status.CANCELLED: "cancelled_at",  # jobs_job_cancelled_at_idx (migration 0019)
 }
 
 _DELETE_JOBS = """

@@ -147,7 +147,7 @@ DROP FUNCTION jobs_enqueue_unique(text, jsonb, text, interval, integer, integer,
 class Migration(migrations.Migration):
     atomic = False  # CREATE INDEX CONCURRENTLY
 
-    dependencies = [("jobs", "0016_claim_lanes_and_floor_hints")]
+    dependencies = [("jobs", "0018_finished_rows_index")]
 
     operations = [
         migrations.CreateModel(
