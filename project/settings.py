@@ -277,6 +277,9 @@ JOBS_HOLD_UNSTARTED_SECONDS = env_float("JOBS_HOLD_UNSTARTED_SECONDS", 0.05, min
 # ...and at most this many stored payload bytes per claim (always at least one job).
 JOBS_CLAIM_MAX_BYTES = env_int("JOBS_CLAIM_MAX_BYTES", 4 * 1024 * 1024, minimum=1)
 JOBS_RETENTION_DAYS = env_float("JOBS_RETENTION_DAYS", 14, minimum=0)  # completed rows kept
+# Failed and cancelled rows are evidence an operator may still read: kept longer (issue 38).
+JOBS_FAILED_RETENTION_DAYS = env_float("JOBS_FAILED_RETENTION_DAYS", 30, minimum=0)
+JOBS_CANCELLED_RETENTION_DAYS = env_float("JOBS_CANCELLED_RETENTION_DAYS", 30, minimum=0)
 JOBS_EXTRA_HANDLER_MODULES = env_list("JOBS_EXTRA_HANDLER_MODULES", [])  # besides <app>.handlers
 JOBS_DRAIN_SECONDS = env_float(  # seconds one scheduled/woken drain may claim new batches
     "JOBS_DRAIN_SECONDS", min(60.0, Q_TIMEOUT / 2), minimum=1
