@@ -146,6 +146,7 @@ def test_permanent_errors_fail_at_once_without_retrying(kind, payload, message):
     assert job.failed_at is not None and job.completed_at is None
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.django_db(transaction=True)
 def test_keyboard_interrupt_is_recorded_then_reraised_and_unstarted_claims_released():
     interrupted = enqueue("tests.interrupt", {"username": "int"}, priority=10)
