@@ -71,6 +71,7 @@ def test_success_commits_handler_work_and_completion_together():
     assert User.objects.filter(username="alice").exists()
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.django_db(transaction=True)
 def test_jobs_that_write_nothing_cost_one_statement_per_batch():
     """Issue 22, point 5: a claim per job and a completion per job, each a round trip,
