@@ -117,8 +117,10 @@ class Keeper(threading.Thread):
                     )
                 release, done = [], []  # settled: nothing to keep below
             for job, started in long:
-                services.job_runner_step(
-                    worker=self.worker, mark=(job.id, time.monotonic() - started)
+                # Not when its row is locked: then the reaper is taking it or the handler
+                # completing it, and the mark would only queue behind them.
+                services.job_mark_started(
+                    worker=self.worker, job_id=job.id, started_ago=time.monotonic() - started
                 )
                 long = long[1:]
         except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: keep what is safe, try next tick

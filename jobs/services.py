@@ -353,6 +353,28 @@ def job_release(*, worker: str, job_ids: list[int]) -> int:
     return job_runner_step(worker=worker, release=job_ids, durable=True).released
 
 
+def job_mark_started(*, worker: str, job_id: int, started_ago: float) -> bool:
+    """Mark a running job started (its start and its attempt show while it runs), unless
+    its row is locked: the keeper's mark never waits for a row lock. Waiting, it would queue
+    on the row (behind the reaper taking it, say) and hold the row's tuple lock meanwhile,
+    so another worker's claim (FOR UPDATE SKIP LOCKED) would skip the row the reaper had
+    just given back, and the drain that lost it could take it again. A locked row is being
+    taken by the reaper or completed by its handler: the mark is not needed then. Commits
+    without the flush, as a mark did as a statement of its own. True when the row was still
+    this worker's and marked."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL synchronous_commit = off")
+        cursor.execute(
+            f"SELECT 1 FROM {Job._meta.db_table} WHERE id = %s AND locked_by = %s "
+            f"AND status = '{Status.PROCESSING}' FOR UPDATE SKIP LOCKED",
+            [job_id, worker],
+        )
+        if cursor.fetchone() is None:
+            return False
+        job_runner_step(worker=worker, mark=(job_id, started_ago))
+        return True
+
+
 def job_heartbeat(*, worker: str, job_ids: Sequence[int] | None = None) -> int:
     """Renew the lease of every row `worker` holds (or only of `job_ids` among them), on the
     database's clock; return how many.
