@@ -280,7 +280,7 @@ def job_complete(*, job: ClaimedJob, worker: str, started_ago: float = 0.0) -> N
     (bench/jobs.py).
     """
     with connection.cursor() as cursor:
-        cursor.execute(_COMPLETE_SQL, [max(started_ago, 0.0), job.id, worker])
+        cursor.execute(_COMPLETE_SQL, [max(started_ago, 0.0), job.id, worker, job.attempts])
         updated = cursor.rowcount
     if updated != 1:
         raise LeaseLost(f"job #{job.id} is no longer owned by {worker} (reaped?)")
@@ -291,8 +291,10 @@ UPDATE {Job._meta.db_table}
 SET status = '{Status.COMPLETED}', completed_at = clock_timestamp(), locked_by = '',
     lease_expires_at = NULL,
     started_at = coalesce(started_at, clock_timestamp() - make_interval(secs => %s))
-WHERE id = %s AND locked_by = %s AND status = '{Status.PROCESSING}'
+WHERE id = %s AND locked_by = %s AND status = '{Status.PROCESSING}' AND attempts = %s
 """  # table and status values are constants; the values are parameters
+# `attempts`: a drain with slots may claim again a row the reaper took from one of its own
+# slots (the same `locked_by`); only the attempt number tells the two attempts apart.
 
 
 def job_record_failure(
@@ -326,9 +328,9 @@ def job_record_failure(
         delay = 0.0 if stopping else job_retry_delay(job.attempts)
         fields.update(status=Status.QUEUED, run_after=_db_now_plus(delay))
     with transaction.atomic():
-        updated = Job.objects.filter(pk=job.id, locked_by=worker, status=Status.PROCESSING).update(
-            **fields
-        )
+        updated = Job.objects.filter(
+            pk=job.id, locked_by=worker, status=Status.PROCESSING, attempts=job.attempts
+        ).update(**fields)
     return outcome if updated == 1 else "lost"
 
 
