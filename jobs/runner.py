@@ -177,21 +177,36 @@ class _Drain:
     def run_slots(self) -> BaseException | None:
         ledger, config = self.ledger, self.config
         queue_empty = False  # the last claim took less than it asked for
+        # The kind of slot a claimed job last waited for (all busy): the head of the queue
+        # needs it, so a claim for the other kind's free slots would take one such job and
+        # hold it. Until a claim reaches the queue's end, claims are for that kind alone:
+        # its free slots, when half of them (at most half a batch) are free.
+        blocked: str | None = None
         while True:
             stopping = self.take_outcomes()
             if stopping is not None:
                 return stopping
             self.start_what_can_start()
+            waiting = ledger.waiting_pool()
+            if waiting is not None:
+                # The claim ended at that job (`end_with`), not at the queue's end.
+                blocked, queue_empty = waiting, False
             idle = not ledger.has_running() and not ledger.has_unstarted()
             with ledger.handing_back:
                 unstarted = ledger.has_unstarted()
-                free = self.free_after_send()
+                if blocked is None:
+                    free = self.free_after_send()
+                    # Claim when half the thread slots (at most half a batch) are free, or
+                    # none runs: a few statements for many slots, not one per slot that ends.
+                    enough = free >= max(
+                        1, min(config.claim_batch_size, ledger.capacity[THREAD]) // 2
+                    )
+                else:
+                    free = ledger.free(blocked, after_send=True)
+                    enough = self.enough_free(blocked)
                 want = 0 if unstarted else self.claim_size(free)
-                # Claim when half the thread slots (at most half a batch) are free, or none
-                # runs: a few statements for many slots, not one per slot that ends.
-                enough = free >= max(1, min(config.claim_batch_size, ledger.capacity[THREAD]) // 2)
                 if ledger.must_send():
-                    claim = 0 if queue_empty else want
+                    claim = 0 if queue_empty or (blocked and not enough) else want
                 elif want and (idle or (enough and not queue_empty)):
                     claim = want
                 else:
@@ -208,6 +223,8 @@ class _Drain:
                     return None
                 if claim:
                     queue_empty = len(step.claimed) < claim
+                    if queue_empty:
+                        blocked = None  # the next claim may be for any kind of slot
                     if idle and not step.claimed and not self.due_within_linger():
                         return None
                 continue
@@ -217,7 +234,13 @@ class _Drain:
             stopping = self.take_outcomes(timeout=config.linger_poll_seconds)
             if stopping is not None:
                 return stopping
-            if self.last_took_nothing and queue_empty and want and self.may_start():
+            if (
+                self.last_took_nothing
+                and queue_empty
+                and want
+                and self.may_start()
+                and (blocked is None or self.enough_free(blocked))
+            ):
                 queue_empty = not due_now()
                 if not queue_empty or ledger.done:
                     self.send_now(want if not queue_empty else 0)
@@ -239,6 +262,13 @@ class _Drain:
             doing(f"job #{first.id} {first.kind}{more}")  # issue 20 hook: "current"
         else:
             doing("")
+
+    def enough_free(self, pool: str) -> bool:
+        """Whether half of `pool`'s slots (at most half a batch) are free once the
+        completions waiting are sent."""
+        capacity = self.ledger.capacity[pool]
+        free = self.ledger.free(pool, after_send=True)
+        return free >= max(1, min(self.config.claim_batch_size, capacity) // 2)
 
     def free_after_send(self) -> int:
         """Slots free once the completions waiting are sent (the claim goes with them)."""
