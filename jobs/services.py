@@ -250,7 +250,7 @@ def job_complete(*, job: ClaimedJob, worker: str, started_ago: float = 0.0) -> N
     (bench/jobs.py).
     """
     with connection.cursor() as cursor:
-        cursor.execute(_COMPLETE_SQL, [max(started_ago, 0.0), job.id, worker])
+        cursor.execute(_COMPLETE_SQL, [max(started_ago, 0.0), job.id, worker, job.attempts])
         updated = cursor.rowcount
     if updated != 1:
         raise LeaseLost(f"job #{job.id} is no longer owned by {worker} (reaped?)")
@@ -261,8 +261,10 @@ UPDATE {Job._meta.db_table}
 SET status = '{Status.COMPLETED}', completed_at = clock_timestamp(), locked_by = '',
     lease_expires_at = NULL,
     started_at = coalesce(started_at, clock_timestamp() - make_interval(secs => %s))
-WHERE id = %s AND locked_by = %s AND status = '{Status.PROCESSING}'
+WHERE id = %s AND locked_by = %s AND status = '{Status.PROCESSING}' AND attempts = %s
 """  # table and status values are constants; the values are parameters
+# `attempts`: a drain with slots may claim again a row the reaper took from one of its own
+# slots (the same `locked_by`); only the attempt number tells the two attempts apart.
 
 
 def job_record_failure(
@@ -296,9 +298,9 @@ def job_record_failure(
         delay = 0.0 if stopping else job_retry_delay(job.attempts)
         fields.update(status=Status.QUEUED, run_after=_db_now_plus(delay))
     with transaction.atomic():
-        updated = Job.objects.filter(pk=job.id, locked_by=worker, status=Status.PROCESSING).update(
-            **fields
-        )
+        updated = Job.objects.filter(
+            pk=job.id, locked_by=worker, status=Status.PROCESSING, attempts=job.attempts
+        ).update(**fields)
     return outcome if updated == 1 else "lost"
 
 
@@ -321,6 +323,28 @@ def job_release(*, worker: str, job_ids: list[int]) -> int:
     if not job_ids:
         return 0
     return job_runner_step(worker=worker, release=job_ids, durable=True).released
+
+
+def job_mark_started(*, worker: str, job_id: int, started_ago: float) -> bool:
+    """Mark a running job started (its start and its attempt show while it runs), unless
+    its row is locked: the keeper's mark never waits for a row lock. Waiting, it would queue
+    on the row (behind the reaper taking it, say) and hold the row's tuple lock meanwhile,
+    so another worker's claim (FOR UPDATE SKIP LOCKED) would skip the row the reaper had
+    just given back, and the drain that lost it could take it again. A locked row is being
+    taken by the reaper or completed by its handler: the mark is not needed then. Commits
+    without the flush, as a mark did as a statement of its own. True when the row was still
+    this worker's and marked."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL synchronous_commit = off")
+        cursor.execute(
+            f"SELECT 1 FROM {Job._meta.db_table} WHERE id = %s AND locked_by = %s "
+            f"AND status = '{Status.PROCESSING}' FOR UPDATE SKIP LOCKED",
+            [job_id, worker],
+        )
+        if cursor.fetchone() is None:
+            return False
+        job_runner_step(worker=worker, mark=(job_id, started_ago))
+        return True
 
 
 def job_heartbeat(*, worker: str, job_ids: Sequence[int] | None = None) -> int:
