@@ -64,7 +64,8 @@ def fill(jobs: int, mails: int) -> None:
             """
             INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts,
                                   run_after, created_at, started_at, completed_at, failed_at,
-                                  locked_by, lease_expires_at, last_error)
+                                  locked_by, lease_expires_at, last_error,
+                                  unique_key, tags, meta)
             SELECT 'bench.k' || (i %% 7), '{}'::jsonb, st, 0, 1, 5, t, t, t,
                    CASE WHEN st = 'completed' THEN t END,
                    CASE WHEN st = 'failed' THEN t END,
@@ -76,7 +77,13 @@ def fill(jobs: int, mails: int) -> None:
                               'TimeoutError: upstream took ' || (i %% 90) || ' s',
                               'KeyError: ''k' || (i %% 5) || ''''])[1 + i %% 3]
                        || E'\\n\\nTraceback (most recent call last):\\n  ...'
-                   ELSE '' END
+                   ELSE '' END,
+                   -- issue 38: a key on every queued or processing job, tags on one in 20
+                   -- (one in 1,000 also "rare"), meta on one in 10 (20 jobs per proposal)
+                   CASE WHEN st IN ('queued', 'processing') THEN 'draft:' || i END,
+                   CASE WHEN i %% 1000 = 0 THEN ARRAY['slack', 'rare']
+                        WHEN i %% 20 = 0 THEN ARRAY['slack'] END,
+                   CASE WHEN i %% 10 = 0 THEN jsonb_build_object('proposal', i %% 5000) END
             FROM (SELECT i, now() - make_interval(secs => i * (14 * 86400.0 / %s)) AS t,
                          CASE WHEN i %% 50 = 0 THEN 'failed' WHEN i %% 97 = 0 THEN 'queued'
                               WHEN i %% 100003 = 0 THEN 'processing' ELSE 'completed' END AS st
@@ -194,6 +201,12 @@ def pages() -> dict[str, str]:
         "jobs list: failed": jobs + "?status__exact=failed",
         "jobs list: stuck": jobs + "?health=stuck",
         "jobs list: one kind": jobs + "?kind=bench.k3",
+        # issue 38: tags, exact meta, unique keys
+        "jobs list: tag (5 %)": jobs + "?tag=slack",
+        "jobs list: tag (0.1 %)": jobs + "?tag=rare",
+        "jobs list: proposal=812": jobs + "?q=proposal%3D812",
+        "jobs list: key=draft:97": jobs + "?q=key%3Ddraft%3A97",
+        "jobs list: with a key": jobs + "?has_key=yes",
         "a job (attempts)": reverse("admin:jobs_job_change", args=[failed_job]),
         "failed jobs by error": reverse("admin:jobs_job_error_groups"),
         "mail list": mails,

@@ -22,3 +22,19 @@ def slow(payload: dict) -> None:
     import time
 
     time.sleep(0.2)
+
+
+@handler("bench.block_1s", atomic=False)
+def block_1s(payload: dict) -> None:
+    """Blocks its thread for 1 s, as a blocking HTTP call does (bench/slots.py)."""
+    import time
+
+    time.sleep(1)
+
+
+@handler("bench.async_sleep_1s")
+async def async_sleep_1s(payload: dict) -> None:
+    """Awaits 1 s, as an async HTTP call does (bench/slots.py)."""
+    import asyncio
+
+    await asyncio.sleep(1)

@@ -21,6 +21,8 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from jobs import registry, services
+from jobs.admin_search import TagFilter, UniqueKeyFilter
+from jobs.admin_search import search as search_by_name
 from jobs.admin_views import CANCELLABLE, JobActionViews
 from jobs.error_groups import (
     error_group_name,
@@ -83,10 +85,21 @@ class JobAdmin(JobActionViews, admin.ModelAdmin):
         "failed_at",
         "held_by",
         "error_summary",
+        "key_and_tags",
     )
-    list_filter = ("status", KindFilter, JobHealthFilter, ErrorGroupFilter)
-    search_fields = ("kind",)  # plus an exact id, see get_search_results
-    search_help_text = "A job id (e.g. 42 or #42), or part of a kind."
+    list_filter = (
+        "status",
+        KindFilter,
+        JobHealthFilter,
+        ErrorGroupFilter,
+        TagFilter,
+        UniqueKeyFilter,
+    )
+    search_fields = ("kind",)  # plus an exact id and name=value, see get_search_results
+    search_help_text = (
+        "A job id (e.g. 42 or #42), part of a kind, tag=slack, key=<unique key>, or an exact "
+        "meta value: proposal=812."
+    )
     ordering = ("-id",)
     list_per_page = 50  # rendering 100 rows cost more than every query of the page
     paginator = CappedCountPaginator  # no COUNT(*) over a million rows
@@ -118,7 +131,7 @@ class JobAdmin(JobActionViews, admin.ModelAdmin):
         return (
             super()
             .get_queryset(request)
-            .defer("payload", "last_error")
+            .defer("payload", "last_error", "meta")
             .annotate(
                 error_head=Substr("last_error", 1, 200),
                 # Judged by the database's clock (issue 22): this host's may be minutes off.
@@ -132,6 +145,9 @@ class JobAdmin(JobActionViews, admin.ModelAdmin):
         term = search_term.strip().lstrip("#")
         if term.isdigit():
             return queryset.filter(pk=int(term)), False
+        found = search_by_name(queryset, search_term.strip())
+        if found is not None:
+            return found, False
         return super().get_search_results(request, queryset, search_term)
 
     def changelist_view(self, request, extra_context=None):
@@ -198,6 +214,13 @@ class JobAdmin(JobActionViews, admin.ModelAdmin):
             return job.locked_by
         state = "expired" if job.lease_expired else "until"
         return f"{job.locked_by}, lease {state} {expires:%H:%M:%S}"
+
+    @admin.display(description="key, tags")
+    def key_and_tags(self, job: Job) -> str:
+        """The unique key and the tags in one narrow column (the list fits 1,366 px), each
+        cut to its first 24 characters; the job's page shows them whole."""
+        parts = [job.unique_key or "", *(f"#{tag}" for tag in job.tags or ())]
+        return " ".join(part if len(part) <= 24 else part[:23] + "…" for part in parts if part)
 
     @admin.display(description="attempts")
     def attempts_display(self, job: Job) -> str:

@@ -33,9 +33,13 @@ class Config:
     claim_max_bytes: int  # stored payload bytes per claim statement (at least one row)
     batch_idempotent_completions: bool  # idempotent kinds' completions batched, unflushed
     retention_days: float  # completed rows older than this are pruned
+    failed_retention_days: float  # failed rows older than this are pruned (issue 38)
+    cancelled_retention_days: float  # cancelled rows older than this are pruned (issue 38)
     extra_handler_modules: tuple[str, ...]  # imported besides every <app>.handlers
     drain_seconds: float  # how long one woken/scheduled drain may claim new batches
     poll_seconds: float  # run_jobs' sleep when the queue is empty
+    concurrency: int  # thread slots per process (1: the drain runs each job on its own thread)
+    async_concurrency: int  # `async def` handlers running at once on the process's event loop
     linger_seconds: float  # a qcluster drain waits this long for a job before it returns
     linger_poll_seconds: float  # and asks this often whether one is due
     claim_full_scan_seconds: float  # a claim scans the whole due set at least this often
@@ -97,9 +101,13 @@ def get_config() -> Config:
         claim_max_bytes=_count("JOBS_CLAIM_MAX_BYTES", 4 * 1024 * 1024),
         batch_idempotent_completions=_flag("JOBS_BATCH_IDEMPOTENT_COMPLETIONS", True),
         retention_days=_number("JOBS_RETENTION_DAYS", 14),
+        failed_retention_days=_number("JOBS_FAILED_RETENTION_DAYS", 30),
+        cancelled_retention_days=_number("JOBS_CANCELLED_RETENTION_DAYS", 30),
         extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
+        concurrency=_count("JOBS_CONCURRENCY", 10),
+        async_concurrency=_count("JOBS_ASYNC_CONCURRENCY", 500),
         linger_seconds=_number("JOBS_LINGER_SECONDS", 2.0),
         linger_poll_seconds=_number("JOBS_LINGER_POLL_SECONDS", 0.05, positive=True),
         claim_full_scan_seconds=_number("JOBS_CLAIM_FULL_SCAN_SECONDS", 1.0),

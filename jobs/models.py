@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Func, Q, Value
 from django.db.models.functions import Now
@@ -60,6 +62,21 @@ class Job(models.Model):
         help_text="While failed: md5 of kind, exception class and normalised message "
         "(set by the database, migration 0008).",
     )
+    # Issue 38: a producer's dedupe key (with how long it outlives the job's completion), its
+    # tags and metadata. NULL when not given: a job without them stores no bytes for them
+    # and enters none of their partial indexes, so the claim and completion of such a job
+    # pay only the indexes' predicates (docs/jobs.md, "Unique jobs").
+    unique_key = models.CharField(
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text="While queued or processing, no other job of this kind has this key.",
+    )
+    unique_for = models.DurationField(
+        null=True, blank=True, help_text="How long the key stays taken after completion."
+    )
+    tags = ArrayField(models.CharField(max_length=100), null=True, blank=True)
+    meta = models.JSONField(null=True, blank=True, help_text="A producer's JSON object.")
 
     class Meta:
         indexes = [
@@ -87,7 +104,7 @@ class Job(models.Model):
                 condition=Q(status="queued"),
             ),
             # Serves the claim's count of a capped kind's units in use (issue 37, point 2;
-            # migration 0019): its processing rows only, whatever its queued backlog.
+            # migration 0021): its processing rows only, whatever its queued backlog.
             models.Index(
                 fields=["kind"],
                 name="jobs_job_running_kind_idx",
@@ -121,6 +138,21 @@ class Job(models.Model):
             # The health page's failures per minute (failed_at over the last 24 h).
             models.Index(
                 fields=["failed_at"], name="jobs_job_failed_at_idx", condition=Q(status="failed")
+            ),
+            # Issue 38: pruning cancelled rows by age; only cancelled rows enter it.
+            models.Index(
+                fields=["cancelled_at"],
+                name="jobs_job_cancelled_at_idx",
+                condition=Q(status="cancelled"),
+            ),
+            # Issue 38: the admin's tag filter and exact meta search (`meta @> {...}`), only
+            # for jobs that have them.
+            GinIndex(fields=["tags"], name="jobs_job_tags_idx", condition=Q(tags__isnull=False)),
+            GinIndex(
+                fields=["meta"],
+                name="jobs_job_meta_idx",
+                opclasses=["jsonb_path_ops"],
+                condition=Q(meta__isnull=False),
             ),
         ]
         constraints = [
@@ -164,6 +196,27 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(created_at__range=(EARLIEST, LATEST)),
                 name="jobs_job_created_at_in_range",
+            ),
+            # Issue 38, unique jobs: one live job per (kind, key), decided by the database
+            # (`INSERT … ON CONFLICT` names this index; migration 0020's jobs_enqueue_unique
+            # uses it). Partial: a job without a key, or a finished one, is not in it.
+            models.UniqueConstraint(
+                fields=["kind", "unique_key"],
+                name="jobs_job_unique_key",
+                condition=Q(unique_key__isnull=False, status__in=["queued", "processing"]),
+            ),
+            models.CheckConstraint(
+                condition=Q(meta__isnull=True)
+                | Exact(
+                    Func(F("meta"), function="jsonb_typeof", output_field=models.TextField()),
+                    Value("object"),
+                ),
+                name="jobs_job_meta_is_object",
+            ),
+            models.CheckConstraint(
+                condition=Q(unique_for__isnull=True)
+                | Q(unique_key__isnull=False, unique_for__gt=timedelta(0)),
+                name="jobs_job_unique_for_positive_with_key",
             ),
         ]
 
@@ -256,7 +309,7 @@ class KindCap(models.Model):
     point 2): `@handler(kind, concurrency=N)`. Code is the source: each worker writes its
     registry's caps here at start-up and removes the rows of kinds it has no cap for
     (jobs/kind_caps.py); an operator does not edit them. The claim (`jobs_runner_step_v5`,
-    migration 0019) reads them and takes at most the free units of a capped kind, under a
+    migration 0022) reads them and takes at most the free units of a capped kind, under a
     per-kind advisory lock; a kind at its cap is not scanned at all. No row is written per
     job (no hot row): the units in use are counted from the processing rows.
     """
@@ -317,3 +370,46 @@ class JobCountDelta(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind}/{self.status}: {self.n:+d}"
+
+
+class JobUniqueKey(models.Model):
+    """A key that stays taken after its job completed, until `expires_at` (issue 38, point
+    1: `enqueue(…, unique_key=…, unique_for=seconds)`). Written by the jobs table's trigger
+    (migration 0020) in the completion's transaction, whoever completes the job; read by
+    `jobs_enqueue_unique` and enqueue_many; outlives the pruning of its job (no foreign
+    key); pruned once expired (jobs.pruning)."""
+
+    kind = models.CharField(max_length=100)
+    unique_key = models.CharField(max_length=255)
+    job_id = models.BigIntegerField()
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind", "unique_key"], name="jobs_jobuniquekey_kind_key"
+            )
+        ]
+        indexes = [models.Index(fields=["expires_at"], name="jobs_jobuniquekey_expires")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.unique_key!r} until {self.expires_at:%Y-%m-%d %H:%M:%S}"
+
+
+class JobPruneRun(models.Model):
+    """What one pruning run deleted (issue 38, point 6), for the health page: one row a run,
+    kept JOBS_PRUNE_RUNS_KEPT_DAYS (jobs.pruning)."""
+
+    ran_at = models.DateTimeField(db_default=Now())
+    completed = models.BigIntegerField(default=0)
+    failed = models.BigIntegerField(default=0)
+    cancelled = models.BigIntegerField(default=0)
+    unique_keys = models.BigIntegerField(default=0)
+    seconds = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["-ran_at", "-id"]
+        indexes = [models.Index(fields=["ran_at"], name="jobs_jobprunerun_ran_at")]
+
+    def __str__(self) -> str:
+        return f"prune at {self.ran_at:%Y-%m-%d %H:%M}"

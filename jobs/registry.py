@@ -10,6 +10,7 @@ processes that only enqueue never import handler code they do not need.
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -23,12 +24,14 @@ from jobs.exceptions import UnknownJobKind
 
 logger = logging.getLogger(__name__)
 
-HandlerFn = Callable[[dict[str, Any]], Any]
+HandlerFn = Callable[..., Any]  # fn(payload) or fn(payload, context); may be `async def`
 
 _handlers: dict[str, HandlerFn] = {}
 _outside_transaction: set[str] = set()  # kinds whose handler manages its own transactions
 _idempotent: set[str] = set()  # kinds whose handler may run twice with no harm (issue 29)
 _caps: dict[str, int] = {}  # kind -> most jobs of it processing at once, deployment-wide
+_async: set[str] = set()  # kinds whose handler is an `async def` (the event loop runs them)
+_with_context: set[str] = set()  # kinds whose handler takes the job context as well
 _discovered = False
 _lock = threading.Lock()
 
@@ -56,6 +59,11 @@ def handler(
     Slack channel). The database enforces it in the claim; the workers write the caps of
     their registry to `jobs_kindcap` at start-up (jobs/kind_caps.py). A job held back by
     its cap stays queued and spends no attempt.
+    An `async def` handler runs as a task on the worker process's event loop (issue 37);
+    `atomic` does not apply to it (Django's transactions are synchronous): its completion is
+    recorded as an `atomic=False` handler's is. A handler that takes a second positional
+    argument gets the job's context (`jobs.slots.JobContext`: id, kind, attempt, its start,
+    whether it was asked to stop); decided here, once, from its signature.
 
     Registering the same function twice (a module imported again) is allowed; registering a
     different function for a kind that already has one is a configuration error, because
@@ -91,6 +99,8 @@ def handler(
             _caps.pop(kind, None)
         else:
             _caps[kind] = concurrency
+        _mark(_async, kind, inspect.iscoroutinefunction(fn))
+        _mark(_with_context, kind, _takes_context(fn))
         return fn
 
     return register
@@ -124,6 +134,16 @@ def kind_caps() -> dict[str, int]:
     return dict(sorted(_caps.items()))
 
 
+def is_async(kind: str) -> bool:
+    """Whether `kind`'s handler is an `async def` (run on the event loop, never in a thread)."""
+    return kind in _async
+
+
+def takes_context(kind: str) -> bool:
+    """Whether `kind`'s handler is called as `fn(payload, context)`."""
+    return kind in _with_context
+
+
 def registered_kinds() -> list[str]:
     discover()
     return sorted(_handlers)
@@ -146,6 +166,31 @@ def discover() -> None:
             ", ".join(sorted(_handlers)),
             extra={"action": "job_handlers_discovered"},
         )
+
+
+def _mark(kinds: set[str], kind: str, on: bool) -> None:
+    if on:
+        kinds.add(kind)
+    else:
+        kinds.discard(kind)
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    """A second positional parameter (or `*args`) means the handler wants the context."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C callable: called with the payload only
+        return False
+    positional = 0
+    for parameter in parameters:
+        if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+            return True
+        if parameter.kind in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            positional += 1
+    return positional >= 2
 
 
 def _qualname(fn: Callable[..., Any]) -> str:

@@ -1,6 +1,7 @@
-"""Every write to the Job table but the reaper's (reaper.py): enqueue, claim, complete, fail,
-heartbeat, retry, cancel, prune. The runner (runner.py), the tasks, the commands and the
-admin call these.
+"""Every write to the Job table but the reaper's (reaper.py), the producers' (enqueueing.py:
+enqueue, enqueue_many; `enqueue` is importable from here as before) and pruning's
+(pruning.py): claim, complete, fail, heartbeat, retry, cancel. The runner (runner.py), the
+tasks, the commands and the admin call these.
 
 Ownership rule: a worker may write a `processing` row only while `locked_by` is its own
 run id and the status is still `processing`; every such write is a guarded UPDATE, so a
@@ -21,59 +22,28 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, QuerySet
+from django.db.models import (
+    DateTimeField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    QuerySet,
+    Subquery,
+)
 from django.db.models.functions import Coalesce, Greatest, Now
 
 from jobs.conf import get_config
+from jobs.enqueueing import enqueue, enqueue_many  # noqa: F401 - enqueue's home until issue 38
 from jobs.exceptions import LeaseLost, PermanentJobError
 from jobs.models import Job
 from project.backoff import retry_delay
-from project.db_clock import db_now
 from project.pg_text import without_nul
 
 logger = logging.getLogger(__name__)
 
 Status = Job.Status
 LAST_ERROR_MAX_CHARS = 8000
-
-
-# --- enqueue ----------------------------------------------------------------------------------
-
-
-def enqueue(
-    kind: str,
-    payload: dict[str, Any] | None = None,
-    *,
-    run_after: datetime | None = None,
-    priority: int = 0,
-    max_attempts: int | None = None,
-) -> Job:
-    """Insert a queued job in the caller's transaction; it is visible when the caller commits.
-
-    The table's trigger wakes the qcluster at commit (jobs/wakeup.py), as it does for a row
-    any other producer inserts; a rolled-back transaction takes both the row and the
-    notification with it, so the job never runs. Without `run_after` the job is due at the
-    database's `now()` (the columns' database default), never at this host's clock.
-    """
-    if payload is None:
-        payload = {}
-    if not isinstance(payload, dict):
-        raise TypeError(f"job payload must be a dict, not {type(payload).__name__}")
-    if max_attempts is None:
-        max_attempts = get_config().default_max_attempts
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be >= 1, not {max_attempts}")
-    fields: dict[str, Any] = {} if run_after is None else {"run_after": run_after}
-    job = Job.objects.create(
-        kind=kind, payload=payload, priority=priority, max_attempts=max_attempts, **fields
-    )
-    logger.debug(
-        "job enqueued: #%s %s",
-        job.pk,
-        kind,
-        extra={"action": "job_enqueued", "job_id": job.pk, "kind": kind},
-    )
-    return job
 
 
 # --- claim, complete, fail (the runner's operations) -----------------------------------------
@@ -208,7 +178,7 @@ def _claim(*, worker: str, limit: int) -> tuple[list[ClaimedJob], bool]:
     with transaction.atomic(), connection.cursor() as cursor:
         config = get_config()
         # The capped kinds it may take, locked, and their free units (issue 37, point 2;
-        # migration 0020): the claim is the next statement, so it sees every claim of them
+        # migration 0022): the claim is the next statement, so it sees every claim of them
         # committed before the locks were this transaction's.
         cursor.execute("SELECT kind, free FROM jobs_kind_free_v1('-infinity', clock_timestamp())")
         free = cursor.fetchall()
@@ -309,7 +279,7 @@ def job_complete(*, job: ClaimedJob, worker: str, started_ago: float = 0.0) -> N
     (bench/jobs.py).
     """
     with connection.cursor() as cursor:
-        cursor.execute(_COMPLETE_SQL, [max(started_ago, 0.0), job.id, worker])
+        cursor.execute(_COMPLETE_SQL, [max(started_ago, 0.0), job.id, worker, job.attempts])
         updated = cursor.rowcount
     if updated != 1:
         raise LeaseLost(f"job #{job.id} is no longer owned by {worker} (reaped?)")
@@ -320,8 +290,10 @@ UPDATE {Job._meta.db_table}
 SET status = '{Status.COMPLETED}', completed_at = clock_timestamp(), locked_by = '',
     lease_expires_at = NULL,
     started_at = coalesce(started_at, clock_timestamp() - make_interval(secs => %s))
-WHERE id = %s AND locked_by = %s AND status = '{Status.PROCESSING}'
+WHERE id = %s AND locked_by = %s AND status = '{Status.PROCESSING}' AND attempts = %s
 """  # table and status values are constants; the values are parameters
+# `attempts`: a drain with slots may claim again a row the reaper took from one of its own
+# slots (the same `locked_by`); only the attempt number tells the two attempts apart.
 
 
 def job_record_failure(
@@ -355,9 +327,9 @@ def job_record_failure(
         delay = 0.0 if stopping else job_retry_delay(job.attempts)
         fields.update(status=Status.QUEUED, run_after=_db_now_plus(delay))
     with transaction.atomic():
-        updated = Job.objects.filter(pk=job.id, locked_by=worker, status=Status.PROCESSING).update(
-            **fields
-        )
+        updated = Job.objects.filter(
+            pk=job.id, locked_by=worker, status=Status.PROCESSING, attempts=job.attempts
+        ).update(**fields)
     return outcome if updated == 1 else "lost"
 
 
@@ -380,6 +352,28 @@ def job_release(*, worker: str, job_ids: list[int]) -> int:
     if not job_ids:
         return 0
     return job_runner_step(worker=worker, release=job_ids, durable=True).released
+
+
+def job_mark_started(*, worker: str, job_id: int, started_ago: float) -> bool:
+    """Mark a running job started (its start and its attempt show while it runs), unless
+    its row is locked: the keeper's mark never waits for a row lock. Waiting, it would queue
+    on the row (behind the reaper taking it, say) and hold the row's tuple lock meanwhile,
+    so another worker's claim (FOR UPDATE SKIP LOCKED) would skip the row the reaper had
+    just given back, and the drain that lost it could take it again. A locked row is being
+    taken by the reaper or completed by its handler: the mark is not needed then. Commits
+    without the flush, as a mark did as a statement of its own. True when the row was still
+    this worker's and marked."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL synchronous_commit = off")
+        cursor.execute(
+            f"SELECT 1 FROM {Job._meta.db_table} WHERE id = %s AND locked_by = %s "
+            f"AND status = '{Status.PROCESSING}' FOR UPDATE SKIP LOCKED",
+            [job_id, worker],
+        )
+        if cursor.fetchone() is None:
+            return False
+        job_runner_step(worker=worker, mark=(job_id, started_ago))
+        return True
 
 
 def job_heartbeat(*, worker: str, job_ids: Sequence[int] | None = None) -> int:
@@ -442,16 +436,37 @@ def jobs_retry_now(*, jobs: QuerySet[Job]) -> int:
     A failed job gets one more attempt (max_attempts raised to attempts + 1 if needed), so
     `attempts <= max_attempts` keeps holding; running or completed jobs are left alone.
     """
+    fields = {
+        "status": Status.QUEUED,
+        "run_after": Now(),
+        "failed_at": None,
+        "cancelled_at": None,
+        "max_attempts": Greatest(F("max_attempts"), F("attempts") + 1),
+    }
+    retryable = jobs.filter(status__in=[Status.QUEUED, Status.FAILED, Status.CANCELLED])
     with transaction.atomic():
-        count = jobs.filter(status__in=[Status.QUEUED, Status.FAILED, Status.CANCELLED]).update(
-            status=Status.QUEUED,
-            run_after=Now(),
-            failed_at=None,
-            cancelled_at=None,
-            max_attempts=Greatest(F("max_attempts"), F("attempts") + 1),
-        )
+        count = retryable.filter(unique_key__isnull=True).update(**fields)
+        count += _retry_keyed(retryable.filter(unique_key__isnull=False), fields)
     logger.info("jobs retried now: %s", count, extra={"action": "jobs_retry_now"})
     return count
+
+
+def _retry_keyed(jobs: QuerySet[Job], fields: dict[str, Any]) -> int:
+    """Re-queue keyed jobs, but none whose key another queued or processing job holds, and
+    one per (kind, key): the newest (issue 38: the partial unique index would refuse the
+    whole UPDATE). A queued one is counted as before, left as it is but for run_after."""
+    live = Job.objects.filter(
+        kind=OuterRef("kind"),
+        unique_key=OuterRef("unique_key"),
+        status__in=[Status.QUEUED, Status.PROCESSING],
+    ).exclude(pk=OuterRef("pk"))
+    newest = (
+        jobs.exclude(Exists(live))
+        .order_by("kind", "unique_key", "-pk")
+        .distinct("kind", "unique_key")
+        .values("pk")
+    )
+    return Job.objects.filter(pk__in=Subquery(newest)).update(**fields)
 
 
 def jobs_cancel(*, jobs: QuerySet[Job]) -> int:
@@ -471,20 +486,9 @@ def jobs_cancel(*, jobs: QuerySet[Job]) -> int:
 
 
 def jobs_prune_completed(*, older_than_days: float | None = None, chunk: int = 5000) -> int:
-    """Delete completed jobs finished more than the retention ago, in chunks (short locks)."""
+    """Delete completed jobs finished more than the retention ago, in short batches (the
+    other states' retention and the record of what was pruned: jobs/pruning.py)."""
+    from jobs.pruning import prune_state
+
     days = get_config().retention_days if older_than_days is None else older_than_days
-    cutoff = db_now() - timedelta(days=days)
-    total = 0
-    while True:
-        ids = list(
-            Job.objects.filter(status=Status.COMPLETED, completed_at__lt=cutoff).values_list(
-                "pk", flat=True
-            )[:chunk]
-        )
-        if not ids:
-            break
-        with transaction.atomic():
-            total += Job.objects.filter(pk__in=ids, status=Status.COMPLETED).delete()[0]
-    if total:
-        logger.info("completed jobs pruned: %s", total, extra={"action": "jobs_pruned"})
-    return total
+    return prune_state(Status.COMPLETED, days=days, batch=chunk)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 
-from jobs import lanes, reaper, services
+from jobs import lanes, reaper
 from jobs.conf import get_config
+from jobs.pruning import jobs_prune
 from jobs.runner import run_pending
 from jobs.wakeup import request_wake
 
@@ -47,5 +48,8 @@ def reap_stale_jobs() -> int:
 
 
 def prune_completed_jobs() -> int:
-    """Delete completed jobs older than JOBS_RETENTION_DAYS; return how many."""
-    return services.jobs_prune_completed()
+    """Delete completed, failed and cancelled jobs past their retention (JOBS_RETENTION_DAYS,
+    JOBS_FAILED_RETENTION_DAYS, JOBS_CANCELLED_RETENTION_DAYS) and expired unique keys;
+    return how many rows. The name is the schedule's since before issue 38 (ops/schedules.py:
+    a rename would leave the stored schedule pointing nowhere)."""
+    return jobs_prune().total

@@ -16,7 +16,9 @@ from django.urls import reverse
 from canonical_ids.models import WriterSlotLease
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.selectors import inbound_quarantine_oldest, inbound_received_per_bucket
+from jobs.conf import get_config as get_jobs_config
 from jobs.models import Job, KindCap, PausedKind
+from jobs.pruning import last_prune_runs
 from jobs.selectors import jobs_due, jobs_finished_per_bucket
 from notifications.models import EmailNotification
 from notifications.selectors import OPEN as OPEN_NOTIFICATION_STATUSES
@@ -68,6 +70,8 @@ class Health:
     oldest_transaction: str = ""
     long_transaction: bool = False
     long_transaction_after: str = ""
+    # Issue 38, point 6: what job pruning deleted, in words.
+    pruning: str = ""
 
 
 def changelist(model: type, **params: str) -> str:
@@ -90,6 +94,7 @@ def worker_health(
         chart_range=chart_range,
     )
     _oldest_transaction(health)
+    health.pruning = job_pruning_summary(now)
     health.sections = [
         _processes_section(status),
         _jobs_section(status, now),
@@ -123,6 +128,32 @@ def _oldest_transaction(health: Health) -> None:
             f"open {humanize_seconds(oldest['age_seconds'])}: {describe_session(oldest)}"
         )
         health.long_transaction = oldest["age_seconds"] > limit
+
+
+def job_pruning_summary(now: datetime) -> str:
+    """The last pruning run and the last 24 h of them, with each state's retention."""
+    config = get_jobs_config()
+    kept = (
+        f"kept: completed {config.retention_days:g} d, failed {config.failed_retention_days:g} d, "
+        f"cancelled {config.cancelled_retention_days:g} d"
+    )
+    runs = last_prune_runs(limit=25)
+    if not runs:
+        return f"no run recorded yet ({kept})"
+    last = runs[0]
+    day = [run for run in runs if (now - run.ran_at).total_seconds() <= 86400]
+
+    def said(done: list) -> str:
+        return (
+            f"{sum(r.completed for r in done)} completed, {sum(r.failed for r in done)} failed, "
+            f"{sum(r.cancelled for r in done)} cancelled, "
+            f"{sum(r.unique_keys for r in done)} expired unique keys"
+        )
+
+    return (
+        f"last run {last.ran_at:%Y-%m-%d %H:%M} UTC deleted {said([last])} "
+        f"in {last.seconds:.1f} s; last 24 h ({len(day)} runs): {said(day)} ({kept})"
+    )
 
 
 def _processes_section(status: WorkerStatus) -> Section:

@@ -38,6 +38,7 @@ from notifications.selectors import (
 )
 from ops.conf import get_config
 from ops.durations import humanize_seconds
+from ops.periodic_status import periodic_runs
 from ops.schedule_status import schedule_runs
 from ops.schedules import unknown_schedules_enabled
 from ops.selectors import (
@@ -83,6 +84,7 @@ class WorkerStatus:
     unknown_schedules: list[dict[str, Any]] = field(default_factory=list)
     processes: list[dict[str, Any]] = field(default_factory=list)  # live, then recently gone
     schedules: list[dict[str, Any]] = field(default_factory=list)  # ops.schedule_status
+    periodic: list[dict[str, Any]] = field(default_factory=list)  # ops.periodic_status
     paused_kinds: list[dict[str, Any]] = field(default_factory=list)  # not claimed until resumed
     # Issue 37: each capped kind's cap (`@handler(kind, concurrency=N)`) and units in use.
     kind_caps: list[dict[str, Any]] = field(default_factory=list)
@@ -127,6 +129,18 @@ def worker_status(*, now: datetime | None = None) -> WorkerStatus:
     return status
 
 
+def _periodic(status: WorkerStatus, now: datetime, cluster_started: datetime | None) -> None:
+    runs = periodic_runs(now=now, cluster_started=cluster_started)
+    status.periodic = [run.as_dict() for run in runs]
+    for run in runs:
+        if run.overdue and run.missed_tick_at is not None:
+            status.needs_operator.append(
+                f"periodic job {run.name!r} ({run.every}) missed its tick of "
+                f"{run.missed_tick_at:%Y-%m-%d %H:%M:%S} UTC: is a qcluster running its "
+                "scheduler (the log's `periodic scheduler` lines)?"
+            )
+
+
 def _schedules(status: WorkerStatus, now: datetime) -> None:
     # The oldest live qcluster's start: a restarted cluster's scheduler has not passed yet.
     starts = [
@@ -135,6 +149,7 @@ def _schedules(status: WorkerStatus, now: datetime) -> None:
         if p["role"] == WorkerProcess.Role.QCLUSTER and p["state"] == "live"
     ]
     runs = schedule_runs(now=now, cluster_started=min(starts, default=None))
+    _periodic(status, now, min(starts, default=None))
     status.schedules = [run.as_dict() for run in runs]
     for run in runs:
         if run.overdue:

@@ -277,6 +277,9 @@ JOBS_HOLD_UNSTARTED_SECONDS = env_float("JOBS_HOLD_UNSTARTED_SECONDS", 0.05, min
 # ...and at most this many stored payload bytes per claim (always at least one job).
 JOBS_CLAIM_MAX_BYTES = env_int("JOBS_CLAIM_MAX_BYTES", 4 * 1024 * 1024, minimum=1)
 JOBS_RETENTION_DAYS = env_float("JOBS_RETENTION_DAYS", 14, minimum=0)  # completed rows kept
+# Failed and cancelled rows are evidence an operator may still read: kept longer (issue 38).
+JOBS_FAILED_RETENTION_DAYS = env_float("JOBS_FAILED_RETENTION_DAYS", 30, minimum=0)
+JOBS_CANCELLED_RETENTION_DAYS = env_float("JOBS_CANCELLED_RETENTION_DAYS", 30, minimum=0)
 JOBS_EXTRA_HANDLER_MODULES = env_list("JOBS_EXTRA_HANDLER_MODULES", [])  # besides <app>.handlers
 JOBS_DRAIN_SECONDS = env_float(  # seconds one scheduled/woken drain may claim new batches
     "JOBS_DRAIN_SECONDS", min(60.0, Q_TIMEOUT / 2), minimum=1
@@ -296,6 +299,11 @@ JOBS_LINGER_POLL_SECONDS = env_float("JOBS_LINGER_POLL_SECONDS", 0.05, minimum=0
 JOBS_CLAIM_FULL_SCAN_SECONDS = env_float("JOBS_CLAIM_FULL_SCAN_SECONDS", 1.0, minimum=0)  # s
 JOBS_CLAIM_FLOOR_MARGIN_SECONDS = env_float("JOBS_CLAIM_FLOOR_MARGIN_SECONDS", 1.0, minimum=0)  # s
 JOBS_POLL_SECONDS = env_float("JOBS_POLL_SECONDS", 1.0, minimum=0.05)  # run_jobs idle sleep
+# Issue 37, point 1: jobs one worker process runs at once. Ordinary handlers run in a pool of
+# this many threads (1: today's one-at-a-time drain on the calling thread); `async def`
+# handlers as tasks on one event loop of the process, up to JOBS_ASYNC_CONCURRENCY at once.
+JOBS_CONCURRENCY = env_int("JOBS_CONCURRENCY", 10, minimum=1)  # thread slots per process
+JOBS_ASYNC_CONCURRENCY = env_int("JOBS_ASYNC_CONCURRENCY", 500, minimum=1)  # async tasks
 # --- inbound email ------------------------------------------------------------------------------
 # Where SES drops inbound mail: "s3://bucket/prefix" (AWS credentials, region and
 # AWS_ENDPOINT_URL come from boto3's standard environment) or a local folder (the default).

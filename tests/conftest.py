@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
-pytest_plugins = ["tests.support.browser", "tests.support.suite_clock"]
+pytest_plugins = ["tests.support.browser", "tests.support.suite_clock", "tests.support.long_first"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -19,6 +22,13 @@ def pytest_configure(config: pytest.Config) -> None:
             "(scripts/test does this for you)."
         )
     _worker_s_own_mail_folder()
+    _process_s_own_pg_system_folder(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = getattr(config, "_pg_system_folder", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # Timing-sensitive tests: a deadline or a timeout well under a second that a loaded machine
@@ -47,13 +57,6 @@ SERIAL = (
     # The named fault cases wait for one round trip of a loop's: beside three busy workers
     # the sweep's record was not reached in the faulted run ("a fault never fired").
     "tests/faults/",
-    # Tests that start the embedded PostgreSQL share a folder outside the checkout
-    # (/var/lib/proposal-worker-pg as root): two of them on two workers at once emptied each
-    # other's data folder (an xdist_group did not keep them on one worker in a whole run).
-    "tests/project/test_embedded_pg.py",
-    "tests/project/test_cli.py",
-    "tests/ops/test_demo.py",
-    "tests/project/test_embedded_pg_system_dir.py",
 )
 
 
@@ -62,6 +65,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid.startswith(SERIAL):
             item.add_marker(pytest.mark.serial)
+
+
+def _process_s_own_pg_system_folder(config: pytest.Config) -> None:
+    """As root the embedded PostgreSQL keeps its data folders and binaries under a system
+    folder (project/embedded_pg/layout.py, WORKER_PG_SYSTEM_DIR). Shared, two tests starting
+    it on two xdist workers at once emptied each other's data folder (a start removes the
+    data folders no var/ links to yet), and a test that closes the folder (0700) stopped
+    every other start on the machine. Each pytest process gets a folder of its own (0755, the
+    server's user passes through it), here and in the environment its children inherit,
+    removed at the end. The settings imported the package before this hook, so its modules'
+    copies of the path are pointed at the folder too."""
+    if os.geteuid() != 0:
+        return  # the system folder is used as root only
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    folder = Path(tempfile.mkdtemp(prefix=f"wpg-sys-{worker}-"))
+    folder.chmod(0o755)
+    config._pg_system_folder = folder  # type: ignore[attr-defined]
+    os.environ["WORKER_PG_SYSTEM_DIR"] = str(folder)
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[:2] == ["project", "embedded_pg"] and hasattr(module, "SYSTEM_DIR"):
+            module.SYSTEM_DIR = folder  # type: ignore[attr-defined]
+    if worker == "main":
+        # The server's system user, made by the first start on a new machine: made here,
+        # before the workers, so that two first starts on two workers do not both run useradd.
+        from project.embedded_pg.prepare import _system_user
+
+        _system_user()
 
 
 def _worker_s_own_mail_folder() -> None:

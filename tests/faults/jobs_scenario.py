@@ -62,6 +62,10 @@ class JobsDrain(Scenario):
         "JOBS_BACKOFF_BASE_SECONDS": 0,
         "JOBS_BACKOFF_JITTER": 0,
         "JOBS_EXTRA_HANDLER_MODULES": ["tests.faults.handlers"],
+        # The one-slot drain, whose round trips (handlers' included) are the drain's own
+        # connection's: what these scenarios enumerate. A scenario with several slots busy
+        # is issue 37, point 5's.
+        "JOBS_CONCURRENCY": 1,
     }
 
     def setup(self, workdir: Path) -> dict[str, Any]:

@@ -23,3 +23,15 @@ def no_kind_known_slow():
     slow_kinds.known([], hold=get_config().hold_unstarted_seconds)
     yield
     slow_kinds.forget()
+
+
+@pytest.fixture
+def one_slot(settings, worker_env):
+    """The one-slot drain (JOBS_CONCURRENCY=1), in this process and in the `run_jobs` /
+    `reap_stale` children: each job on the drain's thread, from a batch of
+    JOBS_CLAIM_BATCH_SIZE taken in turn. What a test using it pins (the statements of such a
+    batch, the keeper giving back its unstarted claims behind a long job, a completion
+    flushed before the next job of the batch) is that drain's; with slots (the default
+    since issue 37) every claimed job starts at once and tests/jobs/test_slots.py holds."""
+    settings.JOBS_CONCURRENCY = 1
+    worker_env["JOBS_CONCURRENCY"] = "1"

@@ -201,6 +201,89 @@ def unprintable_error(payload: dict) -> None:
     raise UnprintableError()
 
 
+# --- issue 37: slots, `async def` handlers, the job context ---------------------------------
+
+
+@handler("tests.async_log")
+async def async_log(payload: dict) -> None:
+    """Awaits, then appends `n wall-clock-time` to payload['log']: a body the runner never
+    awaited writes nothing."""
+    import asyncio
+
+    await asyncio.sleep(payload.get("sleep", 0.05))
+    _append(payload["log"], f"{payload['n']} {time.time()}")
+
+
+@handler("tests.async_boom")
+async def async_boom(payload: dict) -> None:
+    import asyncio
+
+    await asyncio.sleep(0.01)
+    raise ValueError(f"async handler failed after its await ({payload.get('n')})")
+
+
+class AsyncPeak:
+    """How many `tests.async_peak` handlers were awaiting at once (one event loop: no lock)."""
+
+    running = 0
+    peak = 0
+
+
+@handler("tests.async_peak", idempotent=True)
+async def async_peak(payload: dict) -> None:
+    import asyncio
+
+    AsyncPeak.running += 1
+    AsyncPeak.peak = max(AsyncPeak.peak, AsyncPeak.running)
+    try:
+        await asyncio.sleep(payload["sleep"])
+    finally:
+        AsyncPeak.running -= 1
+
+
+_rendezvous_lock = threading.Lock()
+_rendezvous: dict[str, threading.Barrier] = {}
+
+
+@handler("tests.rendezvous")
+def rendezvous(payload: dict) -> None:
+    """Waits until payload['parties'] handlers of the same payload['name'] wait here (in
+    this process's slots), then all return at the same moment (60 s at most)."""
+    with _rendezvous_lock:
+        barrier = _rendezvous.setdefault(
+            payload["name"], threading.Barrier(payload["parties"], timeout=60)
+        )
+    barrier.wait()
+
+
+@handler("tests.with_context")
+def with_context(payload: dict, job) -> None:
+    """Writes what its job context says, as JSON, to payload['log']."""
+    import json
+
+    _append(
+        payload["log"],
+        json.dumps(
+            {
+                "id": job.id,
+                "kind": job.kind,
+                "attempt": job.attempt,
+                "max_attempts": job.max_attempts,
+                "enqueued_at": job.enqueued_at.isoformat(),
+                "started_at": job.started_at.isoformat(),
+                "deadline": job.deadline,
+                "stop_requested": job.stop_requested.is_set(),
+                "thread": threading.current_thread().name,
+            }
+        ),
+    )
+
+
+@handler("tests.async_with_context")
+async def async_with_context(payload: dict, job) -> None:
+    _append(payload["log"], f"{job.id} {job.kind} {job.attempt} {job.stop_requested.is_set()}")
+
+
 # Issue 37, point 2: kinds with a cap for the whole deployment. A qcluster started by a test
 # writes these caps at start-up (jobs/kind_caps.py).
 CAPPED_KIND = "tests.capped"

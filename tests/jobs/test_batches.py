@@ -17,6 +17,7 @@ from tests.support.threads import drain_in_thread
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.usefixtures("one_slot")
 def test_jobs_claimed_behind_a_long_one_go_back_at_once_and_the_long_one_shows_its_start(
     tmp_path, settings
 ):
@@ -158,6 +159,7 @@ def test_a_claim_ends_with_the_first_job_of_a_kind_that_runs_long(tmp_path, sett
     assert not JobAttempt.objects.filter(outcome="released").exists()
 
 
+@pytest.mark.usefixtures("one_slot")
 def test_a_kind_seen_running_long_ends_the_next_claims_before_its_durations_are_known(tmp_path):
     """Issue 29, point 3, on a fresh database (no durations yet): the first claim takes the
     whole queue and the keeper gives back what waits behind the long job; from then on this

@@ -107,6 +107,7 @@ def test_after_a_small_claim_the_next_waits_and_takes_what_arrived_meanwhile(set
     assert result["summary"].completed == 3
 
 
+@pytest.mark.usefixtures("one_slot")
 def test_after_a_full_claim_the_next_goes_at_once(settings):
     """A backlog is not held back: after a claim of half a batch or more the next claim is
     sent as soon as the batch has run. With a 60 s gather and a batch of 4, eight queued

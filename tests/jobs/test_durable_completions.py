@@ -32,6 +32,7 @@ def _runs(log: Path) -> dict[int, int]:
     return counts
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.django_db(transaction=True)
 def test_each_completion_of_a_kind_not_declared_idempotent_is_flushed_before_the_next_job(
     tmp_path,
@@ -62,6 +63,7 @@ def test_each_completion_of_a_kind_not_declared_idempotent_is_flushed_before_the
     ]
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.django_db(transaction=True)
 def test_an_operator_may_have_every_completion_flushed_idempotent_or_not(settings):
     """JOBS_BATCH_IDEMPOTENT_COMPLETIONS=False: the completions of kinds declared idempotent
@@ -87,6 +89,7 @@ def test_an_operator_may_have_every_completion_flushed_idempotent_or_not(setting
     ]
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_kill_9_mid_batch_reruns_only_the_job_in_flight(worker_env, tmp_path, settings):
@@ -152,6 +155,7 @@ def _enqueue_plain(conn, log: Path, n: int, *, priority: int, **extra) -> None:
     )
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_a_database_crash_reruns_no_job_whose_completion_the_worker_saw(
@@ -202,6 +206,7 @@ def test_a_database_crash_reruns_no_job_whose_completion_the_worker_saw(
     assert twice <= {started[-1]} and max(runs.values()) <= 2, (started[-1], runs)
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_the_keepers_hand_back_survives_a_database_crash(worker_env, tmp_path, cluster):

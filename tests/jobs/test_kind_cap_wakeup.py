@@ -1,7 +1,7 @@
 """When a unit of a capped kind frees, a waiting job of that kind starts within a second
 (issue 37, point 2). The claimers skip a kind at its cap, so their floors climb past its
 waiting jobs, and nothing queued a row when the unit freed: on main the wake-up fired only on
-queued rows. The jobs table's trigger (migration 0020) now NOTIFYs, with the waiting job's
+queued rows. The jobs table's trigger (migration 0022) now NOTIFYs, with the waiting job's
 `run_after`, when a capped kind's row leaves `processing` by any path while a job of that
 kind is due; a real qcluster then starts it within the second, even with no other traffic.
 """

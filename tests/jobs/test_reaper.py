@@ -212,6 +212,7 @@ def test_sigkilled_worker_row_is_reaped_after_its_lease_then_completes_once(work
     assert User.objects.filter(username="done-1").count() == 1
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_sigterm_finishes_the_running_job_and_gives_back_unstarted_claims(worker_env, tmp_path):

@@ -71,6 +71,7 @@ def test_success_commits_handler_work_and_completion_together():
     assert User.objects.filter(username="alice").exists()
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.django_db(transaction=True)
 def test_jobs_that_write_nothing_cost_one_statement_per_batch():
     """Issue 22, point 5: a claim per job and a completion per job, each a round trip,
@@ -146,6 +147,7 @@ def test_permanent_errors_fail_at_once_without_retrying(kind, payload, message):
     assert job.failed_at is not None and job.completed_at is None
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.django_db(transaction=True)
 def test_keyboard_interrupt_is_recorded_then_reraised_and_unstarted_claims_released():
     interrupted = enqueue("tests.interrupt", {"username": "int"}, priority=10)

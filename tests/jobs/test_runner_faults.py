@@ -51,6 +51,7 @@ def test_a_handlers_base_exception_is_a_failure_with_backoff_and_the_drain_goes_
     assert after.status == Job.Status.COMPLETED
 
 
+@pytest.mark.usefixtures("one_slot")
 @pytest.mark.django_db(transaction=True)
 def test_system_exit_is_recorded_then_reraised_and_the_batch_given_back():
     """SystemExit (like KeyboardInterrupt) means the process is stopping: recorded first,

@@ -132,6 +132,7 @@ def test_a_completion_whose_answer_is_lost_is_sent_again_and_no_job_runs_twice(s
     assert (summary.completed, summary.lost) == (3, 0)
 
 
+@pytest.mark.usefixtures("one_slot")
 def test_a_keepers_give_back_whose_answer_is_lost_never_runs_a_job_twice(settings, tmp_path):
     """The issue's case: the keeper gives back the jobs behind a long one; the statement
     commits and its answer is lost, and the long job ends before the keeper's next tick.
@@ -155,6 +156,7 @@ def test_a_keepers_give_back_whose_answer_is_lost_never_runs_a_job_twice(setting
     assert set(Job.objects.values_list("attempts", flat=True)) == {1}
 
 
+@pytest.mark.usefixtures("one_slot")
 def test_a_final_give_back_whose_answer_is_lost_leaves_the_jobs_to_the_queue(settings, tmp_path):
     """The drain runs out of time and gives back what it never started; that statement
     commits and its answer is lost. Nothing is started on a guess; the jobs run once, later."""
@@ -173,6 +175,7 @@ def test_a_final_give_back_whose_answer_is_lost_leaves_the_jobs_to_the_queue(set
     _all_completed_once(log, [slow, *quick])
 
 
+@pytest.mark.usefixtures("one_slot")
 def test_an_unknown_give_back_that_did_not_commit_goes_to_the_reaper(settings, tmp_path):
     """The other side of an unknown outcome: the keeper's give-back fails before it commits.
     The jobs stay this drain's rows, which it will never start; their lease is not renewed,

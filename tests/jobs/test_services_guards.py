@@ -186,11 +186,13 @@ def reclaimed_midway(payload: dict) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_the_runner_rolls_back_an_attempt_whose_row_was_reclaimed_and_the_second_stands(
-    settings,
+    settings, one_slot
 ):
     """Through the job loop: the first drain's completion finds the row owned by the second
     worker, counts the attempt as lost and rolls its work back; the row stays the second
-    worker's, which then completes it."""
+    worker's, which then completes it. One slot: with slots the drain itself claims while
+    its handler runs, so it races the second worker for the row the reaper gave back (the
+    same drain taking it again is test_a_late_outcome_of_an_earlier_attempt_by_the_same_...)."""
     settings.JOBS_BACKOFF_BASE_SECONDS = 0
     job = enqueue("tests.guards.reclaimed_midway", {"username": "first-attempt"})
 
@@ -253,3 +255,28 @@ def test_a_give_back_sent_for_a_job_another_worker_now_holds_changes_nothing():
     assert step.released == 0
     job.refresh_from_db()
     assert (job.status, job.locked_by, job.attempts) == (Job.Status.PROCESSING, "b", 2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_late_outcome_of_an_earlier_attempt_by_the_same_worker_changes_nothing(settings):
+    """With slots a drain is itself a claimer while its slots run: the reaper gives back a
+    row one of them still runs and the same drain (the same `locked_by`) claims it again.
+    The first attempt's late completion or failure must leave the second attempt alone:
+    only the attempt number tells the two apart."""
+    settings.JOBS_BACKOFF_BASE_SECONDS = 0
+    job = enqueue("tests.noop", max_attempts=3)
+    [first] = job_claim_batch(worker="same-host:1:a", limit=1)
+    Job.objects.filter(pk=job.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert [j.id for j in jobs_reap_stale()] == [job.pk]
+    Job.objects.filter(pk=job.pk).update(run_after=timezone.now())
+    [second] = job_claim_batch(worker="same-host:1:a", limit=1)
+    assert (second.id, second.attempts) == (job.pk, 2)
+
+    assert job_record_failure(job=first, worker="same-host:1:a", exc=RuntimeError("late")) == (
+        "lost"
+    )
+    with pytest.raises(LeaseLost), transaction.atomic():
+        job_complete(job=first, worker="same-host:1:a")
+    job.refresh_from_db()
+    assert (job.status, job.locked_by, job.attempts) == (Status.PROCESSING, "same-host:1:a", 2)
+    assert job.completed_at is None and "late" not in job.last_error

@@ -18,7 +18,7 @@ from jobs.models import Job
 from jobs.tasks import prune_completed_jobs, reap_stale_jobs, run_due_jobs
 from ops.schedules import SCHEDULES
 from tests.support.processes import (
-    schedules_started_up,
+    schedules_already_run,
     spawn_manage_py,
     stop_process_group,
     wait_until,
@@ -93,19 +93,20 @@ def test_a_job_committed_while_the_cluster_runs_starts_within_seconds(worker_env
         "LOG_LEVEL": "INFO",
         "LOG_FORMAT": "text",
     }
+    # No start-up run of the minute schedules: a run_due_jobs it queued and a loaded worker
+    # ran late would start the job below instead of the wake-up.
+    schedules_already_run()
     with log.open("w") as out:
         cluster = spawn_manage_py(
             "qcluster", env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
         deadline = time.monotonic() + 60
-        while "running" not in log.read_text():
+        # The cluster runs once its wake-up listener is up (it connects last).
+        while "jobs_job_due" not in log.read_text():
             assert cluster.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
-        # The start-up run of the minute schedules must be over: a run_due_jobs it queued
-        # and a loaded worker ran late would start the job below instead of the wake-up.
-        wait_until(schedules_started_up, "the start-up run of the schedules")
 
         job = enqueue("tests.create_user", {"username": "woken"})  # commits: wake-up sent
         committed = time.monotonic()
@@ -135,13 +136,13 @@ def test_ten_quick_jobs_behind_a_slow_one_start_at_once_on_the_other_worker(work
     log = tmp_path / "qcluster.log"
     starts = tmp_path / "starts.log"
     env = {**worker_env, "Q_WORKERS": "2", "LOG_LEVEL": "INFO", "LOG_FORMAT": "text"}
+    schedules_already_run()  # no start-up run of the schedules beside the eleven jobs
     with log.open("w") as out:
         cluster = spawn_manage_py(
             "qcluster", env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
         wait_until(lambda: "jobs_job_due" in log.read_text(), "the listener", timeout=60)
-        wait_until(schedules_started_up, "the start-up run of the schedules")
         with transaction.atomic():
             enqueue("tests.stamp_start", {"n": 0, "log": str(starts), "sleep": 8})
             for n in range(1, 11):

@@ -21,10 +21,9 @@ from jobs.services import job_claim_batch, job_record_failure, jobs_retry_now
 from jobs.wakeup import CHANNEL, WAKE_TASK, WakeListener, request_wake, wake_tasks_in_broker
 from project.db_clock import db_now
 from tests.support.processes import (
-    schedules_started_up,
+    schedules_already_run,
     spawn_manage_py,
     stop_process_group,
-    wait_until,
 )
 from tests.support.tcp_proxy import SilencingProxy
 from tests.support.wakeup import listening, plain_insert, raw_connection
@@ -237,6 +236,10 @@ def test_the_listener_reconnects_after_losing_its_connection_and_wakes_for_what_
 
 @contextmanager
 def _qcluster(env: dict[str, str], log_path) -> Iterator[subprocess.Popen]:
+    # The safety net must not be what starts the job: the minute schedules' next runs are an
+    # hour away before the cluster starts (no start-up run of run_due_jobs to wait out).
+    schedules_already_run()
+    assert not Schedule.objects.filter(next_run__lte=timezone.now()).exists()
     with log_path.open("w") as out:
         cluster = spawn_manage_py(
             "qcluster", env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -247,13 +250,6 @@ def _qcluster(env: dict[str, str], log_path) -> Iterator[subprocess.Popen]:
             assert cluster.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.1)
-        # Let the start-up run of the minute schedules pass (a run_due_jobs it queued and a
-        # loaded worker ran late could start the job), then the safety net must not be what
-        # starts the job: its next tick is an hour away.
-        wait_until(schedules_started_up, "the start-up run of the schedules")
-        Schedule.objects.filter(func="jobs.tasks.run_due_jobs").update(
-            next_run=timezone.now() + timedelta(hours=1)
-        )
         yield cluster
     finally:
         stop_process_group(cluster)

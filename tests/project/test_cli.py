@@ -266,6 +266,10 @@ def test_the_embedded_server_down_hint_is_a_command_that_starts_it(subprocess_en
         "PATH": ":".join(p for p in subprocess_env["PATH"].split(":") if ".venv" not in p),
         "HOME": subprocess_env.get("HOME", "/root"),
     }
+    if "WORKER_PG_SYSTEM_DIR" in subprocess_env:
+        # The machine's setting, as a shell there has it: the test process's own system
+        # folder (tests/conftest.py), which forget() below cleans.
+        shell_env["WORKER_PG_SYSTEM_DIR"] = subprocess_env["WORKER_PG_SYSTEM_DIR"]
     try:
         started = subprocess.run(
             ["sh", "-c", command],

@@ -139,6 +139,24 @@ def schedules_started_up() -> bool:
     return not due and not OrmQ.objects.exists()
 
 
+def schedules_already_run(ahead_seconds: float = 3600) -> None:
+    """The minute schedules as a cluster leaves them after its start-up run, their next runs
+    `ahead_seconds` away: made before a test starts its qcluster, whose `ensure_schedules()`
+    then keeps them as they are (unchanged), so no start-up run of the schedules (a
+    `run_due_jobs` among them) can start the test's job, and the test need not wait for
+    that run: django-q2's scheduler first looks about 30 s after the cluster starts, which
+    `schedules_started_up` waited out in every such test."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from django_q.models import Schedule
+
+    from ops.schedules import ensure_schedules
+
+    ensure_schedules()
+    Schedule.objects.update(next_run=timezone.now() + timedelta(seconds=ahead_seconds))
+
+
 @contextmanager
 def killed_on_exit(process: subprocess.Popen) -> Iterator[subprocess.Popen]:
     """The block's process, SIGKILLed and reaped when the block ends if it still runs (a

@@ -1,7 +1,8 @@
 """django-q2's qcluster, preceded by `ensure_schedules()` so the schedules always match code
 and by `kind_caps_sync()` so the caps per job kind do (jobs/kind_caps.py), and followed by
-the job wake-up listener in this (the cluster's main) process, beside its process beacon and
-the counter rollup every OPS_ROLLUP_SECONDS (ops/rollup_ticker.py)."""
+the job wake-up listener in this (the cluster's main) process, beside its process beacon,
+the counter rollup every OPS_ROLLUP_SECONDS (ops/rollup_ticker.py) and the `jobs.periodic`
+schedules' ticks (jobs/periodic_scheduler.py)."""
 
 import os
 
@@ -12,6 +13,7 @@ from django_q.management.commands.qcluster import Command as DjangoQClusterComma
 
 from jobs import floor_hints, linger_signal
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
+from jobs.periodic_scheduler import periodic_scheduler_running
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
 from ops.demo import print_next_steps_again
@@ -59,7 +61,12 @@ class Command(DjangoQClusterCommand):
         # Registered after the sentinel forked (no child inherits the beat thread); each
         # worker process registers itself on post_spawn (processes.apps). The counter
         # rollup's thread likewise (issue 32, point 3: the readers sum few deltas).
-        with beacon_running(role="qcluster"), rollup_ticker_running():
+        # And the periodic schedules' loop: this process lives for the cluster's whole run.
+        with (
+            beacon_running(role="qcluster"),
+            rollup_ticker_running(),
+            periodic_scheduler_running(),
+        ):
             # After the start-up lines, on a first start after the demo (issue 36.8).
             print_next_steps_again(get_config().var_dir, self.stdout.write)
             listener.run(should_stop=lambda: not cluster.sentinel.is_alive())

@@ -119,6 +119,13 @@ class Command(BaseCommand):
             last = _at(s["last_run_at"]) if s["last_run_at"] else "never"
             nxt = _at(s["next_run"]) if s["next_run"] else "-"
             out(f"  {flag:<7} {s['name']:<40} last {last} ({s['last_result']}), next {nxt}")
+        overdue = sum(1 for s in status.periodic if s["overdue"])
+        out(f"Periodic jobs: {len(status.periodic)}, {overdue} overdue")
+        for s in status.periodic:
+            flag = "OVERDUE" if s["overdue"] else "ok"
+            last = _at(s["last_tick_at"]) if s["last_tick_at"] else "never"
+            nxt = _at(s["next_tick_at"]) if s["next_tick_at"] else "-"
+            out(f"  {flag:<7} {s['name']:<40} last {last} ({s['last_outcome']}), next {nxt}")
         if status.needs_operator:
             out("")
             out("NEEDS AN OPERATOR:")

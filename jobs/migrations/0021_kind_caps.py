@@ -19,7 +19,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     atomic = False  # CONCURRENTLY
 
-    dependencies = [("jobs", "0018_finished_rows_index")]
+    dependencies = [("jobs", "0020_unique_tags_meta_retention")]
 
     operations = [
         migrations.CreateModel(

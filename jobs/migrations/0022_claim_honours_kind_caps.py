@@ -1,7 +1,7 @@
 """The claim honours a cap per kind for the whole deployment (issue 37, point 2).
 
 `@handler(kind, concurrency=N)`: at most N jobs of the kind `processing` at once, whichever
-process or host claims them. The caps are the rows of `jobs_kindcap` (migration 0019,
+process or host claims them. The caps are the rows of `jobs_kindcap` (migration 0021,
 written by each worker at start-up, jobs/kind_caps.py).
 
 - `jobs_kind_free_v1(floor, now)`: the capped kinds a claim may take and their free units.
@@ -590,7 +590,7 @@ DROP FUNCTION jobs_job_notify_due_v3();
 
 
 class Migration(migrations.Migration):
-    dependencies = [("jobs", "0019_kind_caps")]
+    dependencies = [("jobs", "0021_kind_caps")]
 
     operations = [
         migrations.RunSQL(KIND_FREE, KIND_FREE_REVERSE),

@@ -1,0 +1,151 @@
+"""The producer (issue 37): the drain's one statement, which sends the completer's
+completions and claims what the free slots can start (jobs_runner_step_v5: one round trip
+and one commit for both), and the waits around it: the gather before a claim, the linger
+for the next due job. Everything here runs on the drain thread and its connection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from django.db import DatabaseError
+from django.utils import timezone
+
+from jobs import linger_signal, selectors, services
+from jobs.claim_floor import claim_floor
+from jobs.conf import get_config
+from jobs.keeper import ago
+from jobs.ledger import Done, must_flush
+from jobs.slow_kinds import slow_kinds
+from project.reconnect import Reconnect, connection_lost, sleep_until
+
+T = TypeVar("T")
+
+
+def send_step(
+    worker: str,
+    reconnect: Reconnect,
+    *,
+    stop: threading.Event | None,
+    deadline: float | None,
+    done: list[Done],
+    claim: int,
+    want_more: bool,
+    slow: bool = True,
+    end_with: Sequence[str] = (),
+) -> tuple[services.Step | None, bool]:
+    """The drain's statement (completions, then a claim), sent again after a lost
+    connection; returns the step (None if the connection stayed lost) and whether it was
+    sent more than once (an earlier try may have committed with its answer lost).
+    `end_with`: kinds the claim must end with besides the slow ones (no free slot would
+    start what followed them); `slow`: end it with the kinds known to run long too (the
+    one-slot drain, whose claims wait behind each other)."""
+    tries = 0
+
+    def send() -> services.Step:
+        nonlocal tries
+        tries += 1
+        # Issue 32, point 1: the scan starts at this process's floor (a full scan every
+        # JOBS_CLAIM_FULL_SCAN_SECONDS, less often while full scans are slow), so an old
+        # snapshot's dead entries below it cost no heap visit.
+        floor = claim_floor.bound() if claim else None
+        ends = slow_kinds.get(get_config().hold_unstarted_seconds) if claim and slow else []
+        if end_with:
+            ends = sorted({*ends, *end_with})
+        sent = time.monotonic()  # the statement's time, not the slow-kind read's
+        step = services.job_runner_step(
+            worker=worker,
+            done=ago(done),
+            claim=claim,
+            want_more=want_more,
+            durable=must_flush(done),
+            slow_kinds=ends,
+            floor=floor,
+        )
+        claim_floor.saw(bound=floor, seen=step.seen_floor, took=time.monotonic() - sent)
+        return step
+
+    step = reconnecting(send, reconnect, stop=stop, deadline=deadline)
+    return step, tries > 1
+
+
+def reconnecting(
+    operation: Callable[[], T],
+    reconnect: Reconnect,
+    *,
+    stop: threading.Event | None,
+    deadline: float | None,
+) -> T | None:
+    """Run one of the loop's own statements; after a lost connection (server restart,
+    failover, `pg_terminate_backend`) drop it, wait the logged backoff and try again, until
+    `stop` is set or the drain's deadline would pass (then None). Any other database error
+    is not transient here and propagates."""
+    while True:
+        try:
+            result = operation()
+        except DatabaseError as exc:
+            if not connection_lost(exc):
+                raise
+            if not sleep_until(deadline, reconnect.failed(exc), stop):
+                return None
+            continue
+        reconnect.recovered()
+        return result
+
+
+def due_now() -> bool:
+    """One read of the claim index (from this process's floor): is a job due?"""
+    return _due_read().due_run_after is not None
+
+
+def due_within(
+    linger: float, poll: float, *, stop: threading.Event | None, deadline: float | None
+) -> bool:
+    """Wait up to `linger` seconds (never past `deadline` or `stop`) for a due job, asking
+    every `poll` seconds; True when one is due. The wait ends early, False, when nothing
+    is due and a django-q2 task waits for a worker (a schedule's, or a wake-up): a
+    lingering drain must not keep the cluster's other work waiting."""
+    until = time.monotonic() + linger
+    if deadline is not None:
+        until = min(until, deadline)
+    while True:
+        wait = min(poll, until - time.monotonic())
+        if wait <= 0:
+            return False
+        if stop is not None:
+            if stop.wait(wait):
+                return False
+        else:
+            linger_signal.wait(wait)  # the listener's nudge ends it early
+        seen = _due_read()
+        if seen.due_run_after is not None:
+            return True
+        if seen.task_waiting:
+            return False
+
+
+def _due_read() -> selectors.LingerPoll:
+    floor = claim_floor.bound()  # as the claim's scan (issue 32, point 1)
+    sent = time.monotonic()
+    seen = selectors.job_due_or_task_waiting(now=timezone.now(), floor=floor)
+    claim_floor.saw(
+        bound=floor, seen=seen.due_run_after or seen.scanned_at, took=time.monotonic() - sent
+    )
+    return seen
+
+
+def wait_until(until: float, *, stop: threading.Event | None, deadline: float | None) -> None:
+    """Sleep until monotonic `until`, never past `deadline`, ending early when `stop` is
+    set: the gather before the next claim (JOBS_CLAIM_GATHER_SECONDS)."""
+    if deadline is not None:
+        until = min(until, deadline)
+    wait = until - time.monotonic()
+    if wait <= 0:
+        return
+    if stop is not None:
+        stop.wait(wait)
+    else:
+        time.sleep(wait)

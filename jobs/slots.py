@@ -1,0 +1,280 @@
+"""The executor (issue 37): runs handlers in slots, and knows nothing of the runner's SQL.
+
+Ordinary handlers run in a pool of up to JOBS_CONCURRENCY threads, each with its own Django
+connection, opened by the handler's first query (or its `atomic` block) and closed once
+the thread has waited SLOT_IDLE_CLOSE_SECONDS for its next job and when the drain ends: a
+busy slot keeps it from job to job, an idle one gives it back. `async def` handlers run as
+tasks on one event loop in a thread of the worker process, up to JOBS_ASYNC_CONCURRENCY at
+once (the runner's ledger counts the slots; this module only runs what it is given).
+
+A slot talks to the database only for its handler: an `atomic` handler's transaction, and
+the completion that must commit with that handler's writes (`services.job_complete`, as
+before issue 37). Every other outcome goes back to the runner as an `Outcome`, and the
+completer records it on the drain's connection.
+
+`Executor.slots` maps each running job to its `Slot`: what the timeout and cancel work of
+issue 37 (points 6 and 8) will ask to stop (`Slot.request_stop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from django.db import connection, transaction
+from psycopg.pq import TransactionStatus
+
+from jobs import registry, services
+from jobs.exceptions import LeaseLost
+from project.reconnect import discard_broken_connection
+
+SLOT_IDLE_CLOSE_SECONDS = 1.0  # a slot thread with no job for this long closes its connection
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class JobContext:
+    """What a handler taking a second argument (`def h(payload, job)`) sees of its job."""
+
+    id: int
+    kind: str
+    attempt: int  # this attempt, counting from 1
+    max_attempts: int
+    started_at: datetime  # when its slot started it (this host's clock, UTC)
+    enqueued_at: datetime | None = None  # the row's created_at (the database's clock)
+    # When the handler must have returned; None while no timeout applies (issue 37, point 6).
+    deadline: datetime | None = None
+    # Set when the runner asks the handler to stop (a timeout, a cancel, the process
+    # stopping): a long handler checks it between steps and returns early.
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Slot:
+    """One running job: its claim, its monotonic start and its context."""
+
+    job: services.ClaimedJob
+    started: float
+    context: JobContext
+    is_async: bool = False
+
+    def request_stop(self) -> None:
+        """Ask the handler to stop: it sees `context.stop_requested` set."""
+        self.context.stop_requested.set()
+
+
+@dataclass
+class Outcome:
+    """How a slot's run ended, for the completer.
+
+    `result`: "completed" (committed with the handler's transaction), "done" (its completion
+    goes with the runner's next statement), "lost" (the reaper had taken the row: LeaseLost),
+    "error" (`error` raised; the completer records it)."""
+
+    slot: Slot
+    result: str
+    error: BaseException | None = None
+
+    @property
+    def job(self) -> services.ClaimedJob:
+        return self.slot.job
+
+
+def new_slot(job: services.ClaimedJob, started: float) -> Slot:
+    context = JobContext(
+        id=job.id,
+        kind=job.kind,
+        attempt=job.attempts,
+        max_attempts=job.max_attempts,
+        started_at=datetime.now(UTC),
+    )
+    return Slot(job=job, started=started, context=context, is_async=registry.is_async(job.kind))
+
+
+def run_sync(slot: Slot, *, worker: str) -> Outcome:
+    """Run `slot`'s handler on this thread: in its own transaction (with its completion
+    when it wrote something) unless registered `atomic=False`. An `async def` handler here
+    (the one-slot drain) runs to its end on an event loop of its own."""
+    job = slot.job
+    try:
+        fn = registry.get_handler(job.kind)
+        args = _arguments(slot)
+        if slot.is_async:
+            asyncio.run(fn(*args))
+            return Outcome(slot, "done")
+        if not registry.runs_in_transaction(job.kind):
+            # It commits its own steps (claim -> commit -> external effect -> record).
+            fn(*args)
+            return Outcome(slot, "done")
+        # The handler's own transaction: its writes and the completion commit together. If
+        # it raises, atomic() rolls back here, before the completer records the failure.
+        with transaction.atomic():
+            fn(*args)
+            if _wrote_nothing():
+                return Outcome(slot, "done")  # nothing to commit with it: the next statement
+            services.job_complete(
+                job=job, worker=worker, started_ago=time.monotonic() - slot.started
+            )
+        return Outcome(slot, "completed")
+    except LeaseLost:
+        return Outcome(slot, "lost")
+    except BaseException as exc:  # noqa: BLE001 - handed to the completer, which records it
+        discard_broken_connection()  # the handler's atomic() has rolled back: reconnect
+        return Outcome(slot, "error", exc)
+
+
+async def run_async(slot: Slot) -> Outcome:
+    """Await `slot`'s `async def` handler; its completion is the runner's, as an
+    `atomic=False` handler's is."""
+    try:
+        fn = registry.get_handler(slot.job.kind)
+        if registry.takes_context(slot.job.kind):
+            slot.context.enqueued_at = await asyncio.to_thread(_enqueued_at, slot.job.id, True)
+            await fn(slot.job.payload, slot.context)
+        else:
+            await fn(slot.job.payload)
+    except BaseException as exc:  # noqa: BLE001 - handed to the completer, which records it
+        return Outcome(slot, "error", exc)
+    return Outcome(slot, "done")
+
+
+def _arguments(slot: Slot) -> tuple:
+    if not registry.takes_context(slot.job.kind):
+        return (slot.job.payload,)
+    # Read before the handler's transaction opens: it must not count as a write there.
+    slot.context.enqueued_at = _enqueued_at(slot.job.id)
+    return (slot.job.payload, slot.context)
+
+
+def _enqueued_at(job_id: int, close: bool = False) -> datetime | None:
+    """The row's created_at; `close`: read from a helper thread of the event loop, which
+    must not keep a connection once it has read it."""
+    from jobs.models import Job
+
+    try:
+        return Job.objects.filter(pk=job_id).values_list("created_at", flat=True).first()
+    finally:
+        if close:
+            connection.close()
+
+
+def _wrote_nothing() -> bool:
+    """Whether the open transaction has sent no statement yet (psycopg begins it lazily, at
+    the first one): then there is nothing of the handler's to commit with the completion."""
+    raw = connection.connection
+    return raw is not None and raw.info.transaction_status == TransactionStatus.IDLE
+
+
+class Executor:
+    """The drain's slots. `inline`: run each job on the calling thread, one at a time (one
+    slot, or a drain inside a caller's transaction, whose claims no other connection sees).
+    Otherwise thread slots, started as needed up to `threads`, and an event loop thread
+    started at the first `async def` job. Outcomes come back through `collect`."""
+
+    def __init__(self, *, worker: str, threads: int, inline: bool) -> None:
+        self.worker = worker
+        self.inline = inline
+        self.slots: dict[int, Slot] = {}  # running, by job id (the drain thread's own)
+        self._max_threads = threads
+        self._threads: list[threading.Thread] = []
+        self._sync_running = 0
+        self._jobs: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
+        self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+
+    def start(self, job: services.ClaimedJob, started: float) -> Slot:
+        """Start `job` (claimed, its slot counted by the caller) at monotonic `started`."""
+        slot = new_slot(job, started)
+        self.slots[job.id] = slot
+        if self.inline:
+            self._outcomes.put(run_sync(slot, worker=self.worker))
+        elif slot.is_async:
+            loop = self._event_loop()
+            asyncio.run_coroutine_threadsafe(self._run_task(slot), loop)
+        else:
+            self._sync_running += 1
+            if self._sync_running > len(self._threads) < self._max_threads:
+                thread = threading.Thread(
+                    target=self._serve,
+                    name=f"jobs-slot-{len(self._threads) + 1}",
+                    daemon=True,
+                )
+                self._threads.append(thread)
+                thread.start()
+            self._jobs.put(slot)
+        return slot
+
+    def collect(self, timeout: float | None = 0.0) -> list[Outcome]:
+        """The outcomes of the slots that ended, waiting up to `timeout` seconds for the
+        first (0: none; None: until one comes)."""
+        outcomes: list[Outcome] = []
+        try:
+            if timeout is None or timeout > 0:
+                outcomes.append(self._outcomes.get(timeout=timeout))
+            while True:
+                outcomes.append(self._outcomes.get_nowait())
+        except queue.Empty:
+            pass
+        for outcome in outcomes:
+            self.slots.pop(outcome.job.id, None)
+            if not outcome.slot.is_async and not self.inline:
+                self._sync_running -= 1
+        return outcomes
+
+    def shutdown(self) -> None:
+        """End the slot threads (each closes its connection) and the event loop. Called once
+        nothing runs; a handler still running is left to its daemon thread."""
+        for _thread in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10)
+        loop = self._loop
+        if loop is not None and self._loop_thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            self._loop_thread.join(timeout=10)
+            if not self._loop_thread.is_alive():
+                loop.close()
+
+    def _serve(self) -> None:
+        """A slot thread: run what it is given; give its connection back when idle."""
+        try:
+            while True:
+                try:
+                    slot = self._jobs.get(timeout=SLOT_IDLE_CLOSE_SECONDS)
+                except queue.Empty:
+                    connection.close()
+                    continue
+                if slot is None:
+                    return
+                self._outcomes.put(run_sync(slot, worker=self.worker))
+        finally:
+            connection.close()
+
+    async def _run_task(self, slot: Slot) -> None:
+        self._outcomes.put(await run_async(slot))
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                try:
+                    loop.run_forever()
+                finally:
+                    connection.close()
+
+            self._loop_thread = threading.Thread(target=run, name="jobs-event-loop", daemon=True)
+            self._loop_thread.start()
+            ready.wait(10)
+            self._loop = loop
+        return self._loop
