@@ -1,8 +1,8 @@
 """A cap holds across real worker processes, and a capped backlog costs nobody's claim
 anything (issue 37, point 2).
 
-- Three qcluster worker processes run `tests.capped` (its handler's cap: 2) and log when
-  each job ran: never more than 2 at once, though 3 could.
+- Three qcluster worker processes (each with its slots) run `tests.capped` (its handler's
+  cap: 2) and log when each job ran: never more than 2 at once, though 12 could.
 - 1,000,000 queued rows of a kind at its cap, back-dated an hour (below every floor): the
   scans on the claim's path (the runner's claim and its `more_due`, the linger poll, the
   listener's due check and look-ahead), each a full scan, read a handful of buffers, not the
@@ -44,11 +44,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def test_three_worker_processes_never_run_more_than_the_cap_at_once(worker_env, tmp_path):
     log = tmp_path / "capped.log"
     jobs = 12
-    with transaction.atomic():
-        for n in range(jobs):
-            enqueue(CAPPED_KIND, {"n": n, "log": str(log), "sleep": 0.4})
     cluster_log = tmp_path / "qcluster.log"
     with _qcluster(_cluster_env(worker_env, Q_WORKERS="3"), cluster_log):
+        with transaction.atomic():  # committed once the listener is up
+            for n in range(jobs):
+                enqueue(CAPPED_KIND, {"n": n, "log": str(log), "sleep": 0.4})
         wait_until(
             lambda: Job.objects.filter(kind=CAPPED_KIND, status="completed").count() == jobs,
             "the capped jobs are done",
