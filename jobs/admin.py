@@ -29,9 +29,9 @@ from jobs.error_groups import (
     error_group_url,
     jobs_in_error_group,
 )
-from jobs.models import Job, JobAttempt, PausedKind
-from jobs.selectors import job_status_counts, jobs_due, jobs_stuck
-from project.admin import CappedCountPaginator, SelectorFilter
+from jobs.models import Job, JobAttempt, KindCap, PausedKind
+from jobs.selectors import job_counts_by_kind, job_status_counts, jobs_due, jobs_stuck
+from project.admin import CappedCountPaginator, ReadOnlyAdmin, SelectorFilter
 
 
 class KindFilter(admin.SimpleListFilter):
@@ -324,3 +324,24 @@ class PausedKindAdmin(admin.ModelAdmin):
     @admin.display(description="queued jobs waiting")
     def queued(self, obj: PausedKind) -> int:
         return Job.objects.filter(kind=obj.kind, status=Job.Status.QUEUED).count()
+
+
+@admin.register(KindCap)
+class KindCapAdmin(ReadOnlyAdmin):
+    """The caps per kind for the whole deployment (issue 37, point 2), as the workers wrote
+    them from `@handler(kind, concurrency=N)` at start-up: read-only, since code is the source
+    (a row changed here would be put back by the next worker's start). Beside each cap, the
+    units in use now and the jobs waiting."""
+
+    list_display = ("kind", "concurrency", "running", "queued", "updated_at")
+    fields = ("kind", "concurrency", "updated_at")
+
+    @admin.display(description="running now")
+    def running(self, obj: KindCap) -> int:
+        # its processing rows, on jobs_job_running_kind_idx (at most about its cap)
+        return Job.objects.filter(kind=obj.kind, status=Job.Status.PROCESSING).count()
+
+    @admin.display(description="queued")
+    def queued(self, obj: KindCap) -> int:
+        # the trigger-kept counts (a few rows a capped kind): no count over its backlog
+        return job_counts_by_kind().get(obj.kind, {}).get(Job.Status.QUEUED, 0)

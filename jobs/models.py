@@ -103,6 +103,13 @@ class Job(models.Model):
                 name="jobs_job_lane_idx",
                 condition=Q(status="queued"),
             ),
+            # Serves the claim's count of a capped kind's units in use (issue 37, point 2;
+            # migration 0021): its processing rows only, whatever its queued backlog.
+            models.Index(
+                fields=["kind"],
+                name="jobs_job_running_kind_idx",
+                condition=Q(status="processing"),
+            ),
             # Serves the reaper (expired leases) without scanning finished rows.
             models.Index(
                 fields=["lease_expires_at"],
@@ -295,6 +302,32 @@ class PausedKind(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} (paused)"
+
+
+class KindCap(models.Model):
+    """The most jobs of a kind `processing` at once, across every process and host (issue 37,
+    point 2): `@handler(kind, concurrency=N)`. Code is the source: each worker writes its
+    registry's caps here at start-up and removes the rows of kinds it has no cap for
+    (jobs/kind_caps.py); an operator does not edit them. The claim (`jobs_runner_step_v5`,
+    migration 0022) reads them and takes at most the free units of a capped kind, under a
+    per-kind advisory lock; a kind at its cap is not scanned at all. No row is written per
+    job (no hot row): the units in use are counted from the processing rows.
+    """
+
+    kind = models.CharField(max_length=100, primary_key=True)
+    concurrency = models.PositiveIntegerField()
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["kind"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(concurrency__gte=1), name="jobs_kindcap_concurrency_positive"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: at most {self.concurrency} at once"
 
 
 class JobCount(models.Model):

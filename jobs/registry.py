@@ -29,6 +29,7 @@ HandlerFn = Callable[..., Any]  # fn(payload) or fn(payload, context); may be `a
 _handlers: dict[str, HandlerFn] = {}
 _outside_transaction: set[str] = set()  # kinds whose handler manages its own transactions
 _idempotent: set[str] = set()  # kinds whose handler may run twice with no harm (issue 29)
+_caps: dict[str, int] = {}  # kind -> most jobs of it processing at once, deployment-wide
 _async: set[str] = set()  # kinds whose handler is an `async def` (the event loop runs them)
 _with_context: set[str] = set()  # kinds whose handler takes the job context as well
 _discovered = False
@@ -36,7 +37,7 @@ _lock = threading.Lock()
 
 
 def handler(
-    kind: str, *, atomic: bool = True, idempotent: bool = False
+    kind: str, *, atomic: bool = True, idempotent: bool = False, concurrency: int | None = None
 ) -> Callable[[HandlerFn], HandlerFn]:
     """Register the decorated `fn(payload: dict)` as the handler of `kind` jobs.
 
@@ -53,6 +54,11 @@ def handler(
     Every other kind's completion is committed durably before the next job starts, so a
     crash re-runs at most the job that was running (invariant I21).
 
+    `concurrency=N` caps the jobs of this kind `processing` at once across every process and
+    host at N (issue 37, point 2: a provider that allows 5 parallel calls, a rate-limited
+    Slack channel). The database enforces it in the claim; the workers write the caps of
+    their registry to `jobs_kindcap` at start-up (jobs/kind_caps.py). A job held back by
+    its cap stays queued and spends no attempt.
     An `async def` handler runs as a task on the worker process's event loop (issue 37);
     `atomic` does not apply to it (Django's transactions are synchronous): its completion is
     recorded as an `atomic=False` handler's is. A handler that takes a second positional
@@ -65,6 +71,13 @@ def handler(
     """
     if not isinstance(kind, str) or not kind or len(kind) > 100:
         raise ImproperlyConfigured(f"job kind must be a non-empty string of <= 100 chars: {kind!r}")
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
+        raise ImproperlyConfigured(
+            f"job kind {kind!r}: concurrency={concurrency!r} must be a whole number >= 1 "
+            "(the most jobs of the kind running at once), or left out for no cap"
+        )
 
     def register(fn: HandlerFn) -> HandlerFn:
         existing = _handlers.get(kind)
@@ -82,6 +95,10 @@ def handler(
             _idempotent.add(kind)
         else:
             _idempotent.discard(kind)
+        if concurrency is None:
+            _caps.pop(kind, None)
+        else:
+            _caps[kind] = concurrency
         _mark(_async, kind, inspect.iscoroutinefunction(fn))
         _mark(_with_context, kind, _takes_context(fn))
         return fn
@@ -109,6 +126,12 @@ def is_idempotent(kind: str) -> bool:
     """Whether `kind`'s handler was declared safe to run twice (`idempotent=True`): only
     then may its completion wait for the next batch statement and skip the WAL flush."""
     return kind in _idempotent
+
+
+def kind_caps() -> dict[str, int]:
+    """Every registered kind that has a cap (`concurrency=`), with its cap."""
+    discover()
+    return dict(sorted(_caps.items()))
 
 
 def is_async(kind: str) -> bool:

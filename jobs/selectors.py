@@ -46,6 +46,22 @@ def job_counts_by_kind() -> dict[str, dict[str, int]]:
     return by_kind
 
 
+def job_kind_caps() -> list[dict[str, int | str]]:
+    """Each capped kind (issue 37, point 2): its cap and its units in use now (its processing
+    rows, counted on jobs_job_running_kind_idx: a few rows, whatever its backlog), in kind
+    order; one statement."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.kind, c.concurrency, (SELECT count(*) FROM jobs_job AS j "
+            "WHERE j.kind = c.kind AND j.status = 'processing') FROM jobs_kindcap AS c "
+            "ORDER BY c.kind"
+        )
+        return [
+            {"kind": kind, "concurrency": cap, "running": running}
+            for kind, cap, running in cursor.fetchall()
+        ]
+
+
 def jobs_due(*, now: datetime) -> QuerySet[Job]:
     """Queued rows whose time has come: what the runner should be working through."""
     return Job.objects.filter(status=Job.Status.QUEUED, run_after__lte=now)

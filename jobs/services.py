@@ -177,7 +177,22 @@ def _claim(*, worker: str, limit: int) -> tuple[list[ClaimedJob], bool]:
     started_at and the lease are the database's clock."""
     with transaction.atomic(), connection.cursor() as cursor:
         config = get_config()
-        cursor.execute(_CLAIM_SQL, [limit, config.claim_max_bytes, config.lease_seconds, worker])
+        # The capped kinds it may take, locked, and their free units (issue 37, point 2;
+        # migration 0022): the claim is the next statement, so it sees every claim of them
+        # committed before the locks were this transaction's.
+        cursor.execute("SELECT kind, free FROM jobs_kind_free_v1('-infinity', clock_timestamp())")
+        free = cursor.fetchall()
+        cursor.execute(
+            _CLAIM_SQL,
+            [
+                [kind for kind, _n in free],
+                [n for _kind, n in free],
+                limit,
+                config.claim_max_bytes,
+                config.lease_seconds,
+                worker,
+            ],
+        )
         rows = cursor.fetchall()
     rows.sort(key=lambda row: (-row[5], row[6], row[0]))
     jobs = [
@@ -193,17 +208,23 @@ def _json(value: Any) -> Any:
 
 
 # Served by the partial index jobs_job_claim_idx (status = 'queued'). `due` locks up to the
-# count; `claim` keeps, in claim order, the rows whose stored payloads (`pg_column_size`)
-# add up to at most JOBS_CLAIM_MAX_BYTES, and always the first (a job larger than the bound
-# still runs, alone). The rows left out stay queued; their locks end with this statement's
-# transaction. (A window function cannot share a SELECT with FOR UPDATE, hence two steps.)
+# count; `claim` keeps, in claim order, a capped kind's free units at most (`capped`, from
+# jobs_kind_free_v1 under its locks; a capped kind not in it has none free), then the rows
+# whose stored payloads (`pg_column_size`) add up to at most JOBS_CLAIM_MAX_BYTES, and always
+# the first (a job larger than the bound still runs, alone). The rows left out stay queued;
+# their locks end with this statement's transaction. (A window function cannot share a
+# SELECT with FOR UPDATE, hence two steps.)
 _CLAIM_SQL = f"""
-WITH due AS (
-    SELECT id, priority, run_after, pg_column_size(payload) AS size
+WITH capped AS (
+    SELECT c.kind, c.free FROM unnest(%s::text[], %s::integer[]) AS c(kind, free)
+), due AS (
+    SELECT id, kind, priority, run_after, pg_column_size(payload) AS size
     FROM {Job._meta.db_table}
     WHERE status = '{Status.QUEUED}' AND run_after <= clock_timestamp()
       AND attempts < max_attempts
       AND kind NOT IN (SELECT kind FROM jobs_pausedkind)  -- issue 20: paused kinds
+      AND (kind IN (SELECT capped.kind FROM capped WHERE capped.free > 0)  -- issue 37: caps
+           OR kind NOT IN (SELECT kind FROM jobs_kindcap))
     ORDER BY priority DESC, run_after, id
     LIMIT %s
     FOR UPDATE SKIP LOCKED
@@ -212,7 +233,15 @@ WITH due AS (
         SELECT id,
             row_number() OVER w AS n,
             sum(size) OVER (w ROWS UNBOUNDED PRECEDING) AS bytes
-        FROM due WINDOW w AS (ORDER BY priority DESC, run_after, id)
+        FROM (
+            SELECT d.id, d.priority, d.run_after, d.size FROM (
+                SELECT due.*, row_number() OVER (
+                    PARTITION BY due.kind ORDER BY due.priority DESC, due.run_after, due.id
+                ) AS nth
+                FROM due
+            ) AS d LEFT JOIN capped ON capped.kind = d.kind
+            WHERE capped.kind IS NULL OR d.nth <= capped.free
+        ) AS allowed WINDOW w AS (ORDER BY priority DESC, run_after, id)
     ) AS running
     WHERE n = 1 OR bytes <= %s
 )

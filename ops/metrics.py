@@ -48,6 +48,24 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
     for (kind, state), n in sorted(by_labels.items()):
         jobs.add_metric([kind, state], n)
     yield jobs
+    # Issue 37: each capped kind's cap and its units in use (capped kinds have handlers, so
+    # the kind label stays in the bounded set).
+    caps = GaugeMetricFamily(
+        "worker_job_kind_cap",
+        "The most jobs of a kind processing at once (@handler concurrency=).",
+        labels=["kind"],
+    )
+    running = GaugeMetricFamily(
+        "worker_job_kind_cap_running",
+        "Jobs of a capped kind processing now (its units in use).",
+        labels=["kind"],
+    )
+    for cap in status.kind_caps:
+        kind = bounded(cap["kind"], known_kinds)
+        caps.add_metric([kind], cap["concurrency"])
+        running.add_metric([kind], cap["running"])
+    yield caps
+    yield running
     oldest = status.oldest_due_job
     yield _gauge(
         "worker_job_oldest_due_seconds",

@@ -23,7 +23,13 @@ from inbound_email.selectors import (
     replies_needing_operator,
 )
 from jobs.models import Job, PausedKind
-from jobs.selectors import job_counts_by_kind, job_oldest_due, job_status_counts, jobs_stuck
+from jobs.selectors import (
+    job_counts_by_kind,
+    job_kind_caps,
+    job_oldest_due,
+    job_status_counts,
+    jobs_stuck,
+)
 from notifications.selectors import (
     feedback_last_24_hours,
     notification_status_counts,
@@ -80,6 +86,8 @@ class WorkerStatus:
     schedules: list[dict[str, Any]] = field(default_factory=list)  # ops.schedule_status
     periodic: list[dict[str, Any]] = field(default_factory=list)  # ops.periodic_status
     paused_kinds: list[dict[str, Any]] = field(default_factory=list)  # not claimed until resumed
+    # Issue 37: each capped kind's cap (`@handler(kind, concurrency=N)`) and units in use.
+    kind_caps: list[dict[str, Any]] = field(default_factory=list)
     # Issue 32: the oldest transaction another session keeps open (pg_stat_activity); while
     # it holds a snapshot no dead row version can be removed anywhere in the database.
     oldest_transaction: dict[str, Any] | None = None
@@ -239,6 +247,7 @@ def _jobs(status: WorkerStatus, now: datetime) -> None:
         {"kind": p.kind, "paused_at": p.paused_at.isoformat(), "paused_by": p.paused_by}
         for p in PausedKind.objects.order_by("kind")
     ]
+    status.kind_caps = job_kind_caps()
     oldest = job_oldest_due(now=now)
     if oldest:
         waited = (now - oldest.run_after).total_seconds()

@@ -17,6 +17,7 @@ SCENARIO_MODULES = [
     "tests.faults.relay_scenario",
     "tests.faults.sweeps_scenario",
     "tests.faults.minting_scenario",
+    "tests.faults.caps_scenario",
     "tests.faults.producers_scenario",
 ]
 

@@ -65,3 +65,10 @@ def own_steps(payload: dict) -> None:
 def fail(payload: dict) -> None:
     note(payload["log"], "start", payload["n"])
     raise RuntimeError("the partner API said no")
+
+
+@handler("faults.capped", concurrency=1)
+def capped(payload: dict) -> None:
+    """A kind capped to one at a time for the whole deployment (issue 37, point 2)."""
+    note(payload["log"], "start", payload["n"])
+    note(payload["log"], "end", payload["n"])

@@ -282,3 +282,24 @@ def with_context(payload: dict, job) -> None:
 @handler("tests.async_with_context")
 async def async_with_context(payload: dict, job) -> None:
     _append(payload["log"], f"{job.id} {job.kind} {job.attempt} {job.stop_requested.is_set()}")
+
+
+# Issue 37, point 2: kinds with a cap for the whole deployment. A qcluster started by a test
+# writes these caps at start-up (jobs/kind_caps.py).
+CAPPED_KIND = "tests.capped"
+CAPPED_CONCURRENCY = 2
+CAPPED_ONE_KIND = "tests.capped_one"
+
+
+@handler(CAPPED_KIND, concurrency=CAPPED_CONCURRENCY)
+def capped(payload: dict) -> None:
+    """Append `start n t` and `end n t` (this host's wall clock) around a sleep: the test
+    reads how many ran at once."""
+    _append(payload["log"], f"start {payload['n']} {time.time()}")
+    time.sleep(payload.get("sleep", 0))
+    _append(payload["log"], f"end {payload['n']} {time.time()}")
+
+
+@handler(CAPPED_ONE_KIND, concurrency=1)
+def capped_one(payload: dict) -> None:
+    time.sleep(payload.get("sleep", 0))

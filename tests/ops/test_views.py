@@ -11,7 +11,9 @@ from model_bakery import baker
 from prometheus_client.parser import text_string_to_metric_families
 
 from inbound_email.models import InboundEmail
-from jobs.models import Job
+from jobs import enqueue
+from jobs.models import Job, KindCap
+from jobs.services import job_runner_step
 from notifications.models import EmailNotification, SendingState
 from tests.support.leases import make_lease, spare_slots
 
@@ -239,3 +241,15 @@ def test_metrics_show_the_bounce_and_complaint_rates_of_the_last_24_hours(client
     assert samples[("worker_notifications_suppressed_addresses", ())] == 6
     # 0.5 % complaints is over SES's 0.1 % review rate: worker_status says so.
     assert samples[("worker_needs_operator_findings", ())] == 1
+
+
+def test_metrics_show_each_kinds_cap_and_its_units_in_use(client, settings):
+    """Issue 37, points 2 and 10: a cap per kind for the whole deployment."""
+    settings.METRICS_TOKEN = TOKEN
+    KindCap.objects.create(kind="demo.greet", concurrency=3)
+    enqueue("demo.greet")
+    enqueue("demo.greet")
+    assert len(job_runner_step(worker="w", claim=1).claimed) == 1
+    samples = _samples(client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).content)
+    assert samples[("worker_job_kind_cap", (("kind", "demo.greet"),))] == 3
+    assert samples[("worker_job_kind_cap_running", (("kind", "demo.greet"),))] == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 
 from jobs.conf import get_config
+from jobs.kind_caps import kind_caps_line, kind_caps_sync
 from jobs.runner import RunSummary, run_pending
 from project.command_loop import run_until_stopped, stopped_by_signals
 
@@ -22,6 +23,8 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=None, help="run at most N jobs")
 
     def handle(self, *args, burst: bool, limit: int | None, **options):
+        # The handlers' caps per kind, as this release's code says (issue 37, point 2).
+        self.stdout.write(kind_caps_line(kind_caps_sync()))
         if burst:
             with stopped_by_signals(self.stdout) as stop:
                 self._report(run_pending(limit=limit, stop=stop), always=True)

@@ -1,7 +1,8 @@
-"""django-q2's qcluster, preceded by `ensure_schedules()` so the schedules always match code,
-and followed by the job wake-up listener in this (the cluster's main) process, beside its
-process beacon, the counter rollup every OPS_ROLLUP_SECONDS (ops/rollup_ticker.py) and the
-`jobs.periodic` schedules' ticks (jobs/periodic_scheduler.py)."""
+"""django-q2's qcluster, preceded by `ensure_schedules()` so the schedules always match code
+and by `kind_caps_sync()` so the caps per job kind do (jobs/kind_caps.py), and followed by
+the job wake-up listener in this (the cluster's main) process, beside its process beacon,
+the counter rollup every OPS_ROLLUP_SECONDS (ops/rollup_ticker.py) and the `jobs.periodic`
+schedules' ticks (jobs/periodic_scheduler.py)."""
 
 import os
 
@@ -11,6 +12,7 @@ from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 
 from jobs import floor_hints, linger_signal
+from jobs.kind_caps import kind_caps_line, kind_caps_sync
 from jobs.periodic_scheduler import periodic_scheduler_running
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
@@ -35,6 +37,8 @@ class Command(DjangoQClusterCommand):
         )
         for schedule in disable_unknown_schedules():
             self.stdout.write(disabled_line(schedule))
+        # The handlers' caps per kind, as this release's code says (issue 37, point 2).
+        self.stdout.write(kind_caps_line(kind_caps_sync()))
         settings.SECRET_KEY  # noqa: B018 - as django-q2's command: refuse to start without it
         if options.get("cluster_name"):  # as django-q2's command: the broker's queue name
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]

@@ -62,6 +62,11 @@ class Command(BaseCommand):
             out(f"  {kind}: {_fmt(counts)}")
         for paused in status.paused_kinds:
             out(f"  PAUSED: {paused['kind']} since {_at(paused['paused_at'])} (not claimed)")
+        for cap in status.kind_caps:
+            out(
+                f"  CAP: {cap['kind']} at most {cap['concurrency']} at once "
+                f"({cap['running']} running)"
+            )
         if status.oldest_due_job:
             job = status.oldest_due_job
             out(
