@@ -106,7 +106,7 @@ def get_config() -> Config:
         extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
-        concurrency=_count("JOBS_CONCURRENCY", 10),
+        concurrency=_count("JOBS_CONCURRENCY", 1),
         async_concurrency=_count("JOBS_ASYNC_CONCURRENCY", 500),
         linger_seconds=_number("JOBS_LINGER_SECONDS", 2.0),
         linger_poll_seconds=_number("JOBS_LINGER_POLL_SECONDS", 0.05, positive=True),

@@ -31,7 +31,7 @@ def console_rows(user_model: Any) -> dict[str, str]:
 
     from canonical_ids.models import Message, WriterSlotLease
     from inbound_email.models import InboundEmail, Reply, ReplyAttachment
-    from jobs.models import Job, JobAttempt, PausedKind
+    from jobs.models import Job, JobAttempt, KindCap, PausedKind
     from notifications.models import (
         DeliveryFeedback,
         EmailNotification,
@@ -75,6 +75,7 @@ def console_rows(user_model: Any) -> dict[str, str]:
     )
     baker.make(Job, kind="report.render", status="completed", max_attempts=1, completed_at=now)
     PausedKind.objects.create(kind="report.render", paused_by="admin")
+    KindCap.objects.create(kind="report.render", concurrency=5)  # a worker's start writes it
     baker.make(
         WorkerProcess,
         role="qcluster worker",
