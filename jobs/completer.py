@@ -40,6 +40,7 @@ class RunSummary:
     completed: int = 0
     retried: int = 0
     failed: int = 0
+    snoozed: int = 0  # a handler raised jobs.Snooze: queued again, no attempt spent
     lost: int = 0  # reaped while running: the reaped state was kept, this attempt rolled back
     released: int = 0  # claimed but given back unstarted: the drain stopped or ran out of time
     seconds: float = 0.0
@@ -53,7 +54,7 @@ class RunSummary:
         rate = self.claimed / self.seconds if self.seconds else 0.0
         return (
             f"claimed={self.claimed} completed={self.completed} retried={self.retried} "
-            f"failed={self.failed} lost={self.lost} released={self.released} "
+            f"failed={self.failed} snoozed={self.snoozed} lost={self.lost} released={self.released} "
             f"seconds={self.seconds:.2f} ({rate:.0f} jobs/s)"
         )
 
@@ -105,6 +106,9 @@ def _record_failure(
     if result is None:  # the database stayed away: the reaper takes the row after its lease
         result = "lost"
     setattr(summary, result, getattr(summary, result) + 1)
+    if result == "snoozed":
+        _log_snoozed(job, exc)
+        return
     summary.errors.append(
         redact_emails(
             f"#{job.id} {job.kind}: {type(exc).__name__}: {services.exception_message(exc)}"
@@ -126,6 +130,16 @@ def _record_failure(
             "kind": job.kind,
             "attempt": job.attempts,
         },
+    )
+
+
+def _log_snoozed(job: services.ClaimedJob, snooze: BaseException) -> None:
+    logger.info(
+        "job #%s %s snoozed for %g s (no attempt spent)",
+        job.id,
+        job.kind,
+        getattr(snooze, "seconds", 0.0),
+        extra={"action": "job_snoozed", "job_id": job.id, "kind": job.kind},
     )
 
 
