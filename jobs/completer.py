@@ -54,7 +54,8 @@ class RunSummary:
         rate = self.claimed / self.seconds if self.seconds else 0.0
         return (
             f"claimed={self.claimed} completed={self.completed} retried={self.retried} "
-            f"failed={self.failed} snoozed={self.snoozed} lost={self.lost} released={self.released} "
+            f"failed={self.failed} snoozed={self.snoozed} lost={self.lost} "
+            f"released={self.released} "
             f"seconds={self.seconds:.2f} ({rate:.0f} jobs/s)"
         )
 
