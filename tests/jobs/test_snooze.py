@@ -9,6 +9,7 @@ Real PostgreSQL, real drains (the one-slot drain and the slots), no mocking.
 from __future__ import annotations
 
 import math
+import time
 from datetime import timedelta
 
 import pytest
@@ -188,3 +189,34 @@ def test_a_snooze_record_for_a_row_no_longer_ours_changes_nothing(tmp_path):
 
     job.refresh_from_db()
     assert (job.status, job.attempts, job.snoozes) == (Job.Status.PROCESSING, 1, 0)
+
+
+@pytest.mark.slow
+@pytest.mark.serial
+def test_a_real_qcluster_starts_a_snoozed_job_within_a_second_of_its_due_time(worker_env, tmp_path):
+    """The snooze's UPDATE makes the row due later: the table's trigger NOTIFYs that due
+    time (within the trigger's 60 s horizon; beyond it the listener's look-ahead finds it),
+    the listener arms a timer and wakes a worker then. 3 s and 5 s: past the drains' 2 s
+    linger, so no lingering drain is what starts them; full scans 30 s apart."""
+    from tests.jobs.test_start_within_a_second import GUARANTEE_SECONDS, _cluster_env
+    from tests.jobs.test_wakeup import _qcluster
+
+    env = _cluster_env(worker_env, JOBS_CLAIM_FULL_SCAN_SECONDS="30")
+    with _qcluster(env, tmp_path / "qcluster.log"):
+        snoozers = [
+            enqueue("tests.snooze", {"log": str(tmp_path / f"{s}.log"), "seconds": s})
+            for s in (3, 5)
+        ]
+        deadline = _db_now() + timedelta(seconds=60)
+        while Job.objects.filter(
+            pk__in=[j.pk for j in snoozers], status__in=["queued", "processing"]
+        ).exists():
+            assert _db_now() < deadline, (tmp_path / "qcluster.log").read_text()[-4000:]
+            time.sleep(0.1)
+    waits = {}
+    for job in snoozers:
+        job.refresh_from_db()
+        assert (job.status, job.snoozes, job.attempts) == (Job.Status.COMPLETED, 1, 1)
+        waits[job.pk] = (job.started_at - job.run_after).total_seconds()
+    print("snoozed job's due time to its start:", waits)
+    assert all(0 <= wait <= GUARANTEE_SECONDS for wait in waits.values()), waits
