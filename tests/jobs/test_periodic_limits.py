@@ -21,6 +21,14 @@ from tests.support.processes import spawn_manage_py, stop_process_group
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def no_ticks():
+    """jobs_periodic_tick has no model: a transactional test's flush leaves other tests'
+    ticks there (they count here)."""
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM jobs_periodic_tick")
+
+
 def _tick(schedule: str, days_ago: float, job_id: int | None = None) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
