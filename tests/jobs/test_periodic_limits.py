@@ -4,6 +4,7 @@ hostile declarations stop a qcluster's start with an error naming them."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from datetime import timedelta
 
@@ -101,15 +102,32 @@ def test_a_schedule_whose_kind_has_no_handler_is_refused_naming_it():
     assert "tests.orphan" not in [schedule.name for schedule in checked_schedules()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
-    ("module", "words"),
+    ("module", "options", "words"),
     [
-        ("tests.jobs.periodic_orphan", "no handler is registered for kind 'tests.no_such_kind'"),
-        ("tests.jobs.periodic_never", "cron line '0 0 30 2 *'"),
+        (
+            "tests.jobs.periodic_orphan",
+            {},
+            "periodic 'tests.orphan_at_start': no handler is registered for kind "
+            "'tests.no_such_kind'",
+        ),
+        ("tests.jobs.periodic_hostile", {"cron": "0 0 30 2 *"}, "bad cron line '0 0 30 2 *'"),
+        ("tests.jobs.periodic_hostile", {"every": 0}, "every=0 s is below the minimum"),
+        ("tests.jobs.periodic_hostile", {"every": -5}, "every=-5 s is below the minimum"),
+        (
+            "tests.jobs.periodic_hostile",
+            {"cron": "0 9 * * *", "tz": "Mars/Olympus"},
+            "unknown time zone 'Mars/Olympus'",
+        ),
     ],
 )
-def test_a_qcluster_refuses_to_start_with_a_bad_schedule(module, words, worker_env):
-    env = {**worker_env, "JOBS_EXTRA_HANDLER_MODULES": f"tests.jobs.handlers,{module}"}
+def test_a_qcluster_refuses_to_start_with_a_bad_schedule(module, options, words, worker_env):
+    env = {
+        **worker_env,
+        "JOBS_EXTRA_HANDLER_MODULES": f"tests.jobs.handlers,{module}",
+        "TEST_PERIODIC_OPTIONS": json.dumps(options),
+    }
     process = spawn_manage_py(
         "qcluster",
         env=env,
@@ -124,3 +142,4 @@ def test_a_qcluster_refuses_to_start_with_a_bad_schedule(module, words, worker_e
     assert process.returncode != 0, text[-3000:]
     assert words in text, text[-3000:]
     assert "InvalidSchedule" in text
+    assert "periodic schedules:" not in text  # stopped before the cluster's start
