@@ -15,10 +15,13 @@ from dataclasses import asdict, dataclass, field
 from django.db import DatabaseError
 
 from jobs import registry, selectors, services
+from jobs.conf import get_config
+from jobs.exceptions import Snooze
 from jobs.keeper import ago
 from jobs.ledger import Done, Ledger, must_flush
 from jobs.producer import reconnecting
 from jobs.slots import Outcome
+from jobs.snoozing import spent_reason
 from project.reconnect import Reconnect, discard_broken_connection
 from project.redaction import redact_emails
 
@@ -110,10 +113,11 @@ def _record_failure(
     if result == "snoozed":
         _log_snoozed(job, exc)
         return
+    message = services.exception_message(exc)
+    if isinstance(exc, Snooze):  # failed: its snoozes were spent (JOBS_MAX_SNOOZES)
+        message = spent_reason(get_config().max_snoozes)
     summary.errors.append(
-        redact_emails(
-            f"#{job.id} {job.kind}: {type(exc).__name__}: {services.exception_message(exc)}"
-        )[:300]
+        redact_emails(f"#{job.id} {job.kind}: {type(exc).__name__}: {message}")[:300]
     )
     log = logger.error if result == "failed" else logger.warning
     log(
@@ -124,7 +128,7 @@ def _record_failure(
         job.max_attempts,
         result,
         type(exc).__name__,
-        redact_emails(services.exception_message(exc)),
+        redact_emails(message),
         extra={
             "action": f"job_{result}",
             "job_id": job.id,

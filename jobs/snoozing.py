@@ -46,6 +46,11 @@ RETURNING j.status
 """
 
 
+def spent_reason(limit: int) -> str:
+    """Why a job that snoozed once more than allowed fails (its error, the drain's line)."""
+    return f"snoozed {limit} times, the most JOBS_MAX_SNOOZES={limit} allows; the job fails"
+
+
 def job_record_snooze(*, job, worker: str, snooze: Snooze, started_ago: float = 0.0) -> str:
     """Record `snooze` for the claimed `job`; return 'snoozed', 'failed' (its snoozes were
     spent) or 'lost' (the row is no longer this worker's claim)."""
@@ -63,10 +68,7 @@ def job_record_snooze(*, job, worker: str, snooze: Snooze, started_ago: float = 
             f"jobs.Snooze: snoozed for {seconds:g} s (snooze %s of at most {limit}; "
             "no attempt spent)"
         ),
-        "spent_error": (
-            f"jobs.Snooze: snoozed {limit} times, the most JOBS_MAX_SNOOZES={limit} allows; "
-            f"the job fails instead of snoozing for {seconds:g} s again"
-        ),
+        "spent_error": f"jobs.Snooze: {spent_reason(limit)} (asked for {seconds:g} s more)",
     }
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_SNOOZE_SQL, params)

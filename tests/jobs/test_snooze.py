@@ -8,6 +8,7 @@ Real PostgreSQL, real drains (the one-slot drain and the slots), no mocking.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from datetime import timedelta
@@ -104,15 +105,32 @@ def test_a_job_that_keeps_snoozing_fails_after_jobs_max_snoozes_with_that_reason
     assert (job.status, job.snoozes) == (Job.Status.QUEUED, 0)
 
 
-def test_jobs_max_snoozes_of_zero_fails_the_first_snooze(settings, tmp_path):
+def test_jobs_max_snoozes_of_zero_fails_the_first_snooze(settings, tmp_path, caplog):
     settings.JOBS_MAX_SNOOZES = 0
     job = enqueue("tests.snooze", {"log": str(tmp_path / "l"), "seconds": 5}, max_attempts=3)
 
-    summary = run_pending()
+    with caplog.at_level(logging.INFO, logger="jobs.completer"):
+        summary = run_pending()
 
     job.refresh_from_db()
     assert (summary.failed, summary.snoozed) == (1, 0)
     assert job.status == Job.Status.FAILED and "JOBS_MAX_SNOOZES=0" in job.last_error
+    # The drain's summary and its log line give the reason, not "snoozed for 5 s".
+    [error] = summary.errors
+    assert "JOBS_MAX_SNOOZES=0" in error
+    failed = [r for r in caplog.records if getattr(r, "action", "") == "job_failed"]
+    assert len(failed) == 1 and "JOBS_MAX_SNOOZES=0" in failed[0].getMessage()
+
+
+def test_a_snooze_is_logged_as_a_snooze_not_an_error(tmp_path, caplog):
+    enqueue("tests.snooze", {"log": str(tmp_path / "l"), "seconds": 7}, max_attempts=3)
+
+    with caplog.at_level(logging.INFO, logger="jobs.completer"):
+        run_pending()
+
+    [line] = [r for r in caplog.records if getattr(r, "action", "") == "job_snoozed"]
+    assert line.levelno == logging.INFO and "snoozed for 7 s" in line.getMessage()
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_a_snooze_does_not_wipe_the_attempts_already_spent(tmp_path):
