@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 
 from jobs.exceptions import InvalidSchedule
 from jobs.models import JobPruneRun
@@ -25,7 +26,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def no_ticks():
     """jobs_periodic_tick has no model: a transactional test's flush leaves other tests'
-    ticks there (they count here)."""
+    ticks there (they would count here, and these tests' old ticks in another's pruning)."""
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM jobs_periodic_tick")
+    yield
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM jobs_periodic_tick")
 
@@ -51,7 +55,9 @@ def _days_kept() -> dict[str, list[int]]:
         return kept
 
 
-def test_old_ticks_are_pruned_but_each_schedules_latest_and_latest_enqueued_stay(settings):
+def test_old_ticks_are_pruned_but_each_schedules_latest_and_latest_enqueued_stay(
+    settings, admin_client
+):
     """Kept for the longest job retention (30 days here: a tick outlives its job's pruning),
     and whatever its age each schedule's latest tick (catch-up and "one job per tick" start
     from it) and its latest enqueued one (the overlap check's job)."""
@@ -71,6 +77,8 @@ def test_old_ticks_are_pruned_but_each_schedules_latest_and_latest_enqueued_stay
     assert result.periodic_ticks == 5
     assert _days_kept() == {"a": [29, 1], "b": [90], "c": [50, 40]}
     assert JobPruneRun.objects.get().periodic_ticks == 5
+    page = admin_client.get(reverse("ops:worker_health")).content.decode()
+    assert "5 periodic ticks" in page  # the health page says what pruning deleted
     assert jobs_prune().periodic_ticks == 0
 
 
