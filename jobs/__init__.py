@@ -1,7 +1,7 @@
 """The background job loop.
 
 Public interface: `from jobs import enqueue, enqueue_many, handler, periodic, run_pending,
-EnqueueError`.
+EnqueueError, Snooze` (a handler raises `Snooze(seconds)` to run again later, issue 38).
 """
 
 from __future__ import annotations
@@ -56,6 +56,14 @@ def run_pending(limit: int | None = None):
     return _run_pending(limit=limit)
 
 
-from jobs.exceptions import EnqueueError  # noqa: E402 - imports nothing of Django's
+from jobs.exceptions import EnqueueError, Snooze  # noqa: E402 - imports nothing of Django's
 
-__all__ = ["EnqueueError", "enqueue", "enqueue_many", "handler", "periodic", "run_pending"]
+__all__ = [
+    "EnqueueError",
+    "Snooze",
+    "enqueue",
+    "enqueue_many",
+    "handler",
+    "periodic",
+    "run_pending",
+]

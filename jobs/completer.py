@@ -15,10 +15,13 @@ from dataclasses import asdict, dataclass, field
 from django.db import DatabaseError
 
 from jobs import registry, selectors, services
+from jobs.conf import get_config
+from jobs.exceptions import Snooze
 from jobs.keeper import ago
 from jobs.ledger import Done, Ledger, must_flush
 from jobs.producer import reconnecting
 from jobs.slots import Outcome
+from jobs.snoozing import spent_reason
 from project.reconnect import Reconnect, discard_broken_connection
 from project.redaction import redact_emails
 
@@ -40,6 +43,7 @@ class RunSummary:
     completed: int = 0
     retried: int = 0
     failed: int = 0
+    snoozed: int = 0  # a handler raised jobs.Snooze: queued again, no attempt spent
     lost: int = 0  # reaped while running: the reaped state was kept, this attempt rolled back
     released: int = 0  # claimed but given back unstarted: the drain stopped or ran out of time
     seconds: float = 0.0
@@ -53,7 +57,8 @@ class RunSummary:
         rate = self.claimed / self.seconds if self.seconds else 0.0
         return (
             f"claimed={self.claimed} completed={self.completed} retried={self.retried} "
-            f"failed={self.failed} lost={self.lost} released={self.released} "
+            f"failed={self.failed} snoozed={self.snoozed} lost={self.lost} "
+            f"released={self.released} "
             f"seconds={self.seconds:.2f} ({rate:.0f} jobs/s)"
         )
 
@@ -105,10 +110,14 @@ def _record_failure(
     if result is None:  # the database stayed away: the reaper takes the row after its lease
         result = "lost"
     setattr(summary, result, getattr(summary, result) + 1)
+    if result == "snoozed":
+        _log_snoozed(job, exc)
+        return
+    message = services.exception_message(exc)
+    if isinstance(exc, Snooze):  # failed: its snoozes were spent (JOBS_MAX_SNOOZES)
+        message = spent_reason(get_config().max_snoozes)
     summary.errors.append(
-        redact_emails(
-            f"#{job.id} {job.kind}: {type(exc).__name__}: {services.exception_message(exc)}"
-        )[:300]
+        redact_emails(f"#{job.id} {job.kind}: {type(exc).__name__}: {message}")[:300]
     )
     log = logger.error if result == "failed" else logger.warning
     log(
@@ -119,13 +128,23 @@ def _record_failure(
         job.max_attempts,
         result,
         type(exc).__name__,
-        redact_emails(services.exception_message(exc)),
+        redact_emails(message),
         extra={
             "action": f"job_{result}",
             "job_id": job.id,
             "kind": job.kind,
             "attempt": job.attempts,
         },
+    )
+
+
+def _log_snoozed(job: services.ClaimedJob, snooze: BaseException) -> None:
+    logger.info(
+        "job #%s %s snoozed for %g s (no attempt spent)",
+        job.id,
+        job.kind,
+        getattr(snooze, "seconds", 0.0),
+        extra={"action": "job_snoozed", "job_id": job.id, "kind": job.kind},
     )
 
 

@@ -35,6 +35,7 @@ class Config:
     retention_days: float  # completed rows older than this are pruned
     failed_retention_days: float  # failed rows older than this are pruned (issue 38)
     cancelled_retention_days: float  # cancelled rows older than this are pruned (issue 38)
+    max_snoozes: int  # a job's snoozes (jobs.Snooze) before the next one fails it (issue 38)
     extra_handler_modules: tuple[str, ...]  # imported besides every <app>.handlers
     drain_seconds: float  # how long one woken/scheduled drain may claim new batches
     poll_seconds: float  # run_jobs' sleep when the queue is empty
@@ -62,6 +63,13 @@ def _count(name: str, default: int) -> int:
     value = getattr(settings, name, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ImproperlyConfigured(f"{name}={value!r} must be a whole number >= 1")
+    return value
+
+
+def _whole(name: str, default: int) -> int:
+    value = getattr(settings, name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ImproperlyConfigured(f"{name}={value!r} must be a whole number >= 0")
     return value
 
 
@@ -103,6 +111,7 @@ def get_config() -> Config:
         retention_days=_number("JOBS_RETENTION_DAYS", 14),
         failed_retention_days=_number("JOBS_FAILED_RETENTION_DAYS", 30),
         cancelled_retention_days=_number("JOBS_CANCELLED_RETENTION_DAYS", 30),
+        max_snoozes=_whole("JOBS_MAX_SNOOZES", 100),
         extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),

@@ -35,6 +35,11 @@ class Job(models.Model):
     # Counted when a worker claims the row, so a job that kills its worker still runs out.
     attempts = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField()
+    # Issue 38, point 2: how often a handler raised jobs.Snooze for this job. A snooze gives
+    # its attempt back (max_attempts counts real failures); this bounds the snoozes instead
+    # (JOBS_MAX_SNOOZES). A plain integer with a database default: no rewrite, no check to
+    # validate over the table when the column is added.
+    snoozes = models.IntegerField(default=0, db_default=0, editable=False)
     # The database's clock, whoever inserts the row (hosts' clocks may differ by minutes).
     run_after = models.DateTimeField(db_default=Now())
     created_at = models.DateTimeField(db_default=Now())
@@ -239,6 +244,7 @@ class JobAttempt(models.Model):
         RETRIED = "retried", "Failed, retried"
         FAILED = "failed", "Failed for good"
         RELEASED = "released", "Given back unstarted (not counted)"
+        SNOOZED = "snoozed", "Snoozed (not counted)"
         CANCELLED = "cancelled", "Cancelled"
 
     job_id = models.BigIntegerField()
@@ -405,6 +411,7 @@ class JobPruneRun(models.Model):
     failed = models.BigIntegerField(default=0)
     cancelled = models.BigIntegerField(default=0)
     unique_keys = models.BigIntegerField(default=0)
+    periodic_ticks = models.BigIntegerField(default=0, db_default=0)
     seconds = models.FloatField(default=0)
 
     class Meta:

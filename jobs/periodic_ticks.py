@@ -262,3 +262,21 @@ def count_between(
             break
         count += 1
     return count
+
+
+def checked_schedules() -> list[Periodic]:
+    """Every declared schedule, or InvalidSchedule naming the first whose kind no handler
+    runs: a qcluster calls this at start-up (a typo in a kind would otherwise enqueue, at
+    every tick, a job that fails as an unknown kind)."""
+    from jobs.registry import registered_kinds
+
+    kinds = set(registered_kinds())
+    schedules = declared()
+    for schedule in schedules:
+        if schedule.kind not in kinds:
+            raise InvalidSchedule(
+                f"periodic {schedule.name!r}: no handler is registered for kind "
+                f"{schedule.kind!r} (declare it with @jobs.handler in a handlers module, or "
+                "name it in JOBS_EXTRA_HANDLER_MODULES)"
+            )
+    return schedules

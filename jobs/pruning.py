@@ -1,7 +1,15 @@
 """Retention per state (issue 38, point 6): completed, failed and cancelled jobs each kept
 for their own number of days (JOBS_RETENTION_DAYS, JOBS_FAILED_RETENTION_DAYS,
-JOBS_CANCELLED_RETENTION_DAYS), and unique keys past their period, deleted in short
-batches; each run is recorded (`JobPruneRun`) for the health page.
+JOBS_CANCELLED_RETENTION_DAYS), unique keys past their period and old `jobs.periodic`
+tick rows, deleted in short batches; each run is recorded (`JobPruneRun`) for the health
+page.
+
+A tick row is the key that makes a tick enqueue one job across every qcluster (jobs/
+periodic_scheduler.py), so pruning keeps what that needs: every tick for as long as the
+longest job retention (at least a day: the key outlives its job's pruning, and a scheduler
+that stalled between reading the clock and firing still finds its tick taken), and, however
+old, each schedule's latest tick (where catch-up starts: nothing before it is ever fired
+again) and its latest enqueued one (the overlap check asks whether that job still runs).
 
 A batch is one DELETE of at most `batch` rows picked by the state's index (`FOR UPDATE SKIP
 LOCKED`: a row an operator's action holds is left for the next run), committed on its own:
@@ -24,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 BATCH = 1000
 RUNS_KEPT_DAYS = 30
+TICKS_KEPT_MIN_DAYS = 1.0
 
 # Each state's timestamp, and the index its batches walk.
 _STAMP = {
@@ -46,6 +55,21 @@ DELETE FROM jobs_jobuniquekey WHERE id IN (
     ORDER BY expires_at LIMIT {batch} FOR UPDATE SKIP LOCKED)
 """
 
+# Walks the primary key (schedule, tick_at): each row's schedule's latest tick and latest
+# enqueued tick are a backward scan of the same index.
+_DELETE_TICKS = """
+DELETE FROM jobs_periodic_tick AS t USING (
+    SELECT o.schedule, o.tick_at FROM jobs_periodic_tick AS o
+    WHERE o.tick_at < now() - make_interval(secs => %(seconds)s)
+      AND o.tick_at < (SELECT max(m.tick_at) FROM jobs_periodic_tick AS m
+                       WHERE m.schedule = o.schedule)
+      AND o.tick_at IS DISTINCT FROM (SELECT max(e.tick_at) FROM jobs_periodic_tick AS e
+                                      WHERE e.schedule = o.schedule AND e.job_id IS NOT NULL)
+    ORDER BY o.tick_at LIMIT {batch} FOR UPDATE SKIP LOCKED
+) AS old
+WHERE t.schedule = old.schedule AND t.tick_at = old.tick_at
+"""
+
 _DELETE_RUNS = "DELETE FROM jobs_jobprunerun WHERE ran_at < now() - make_interval(days => %s)"
 
 
@@ -55,10 +79,13 @@ class PruneResult:
     failed: int
     cancelled: int
     unique_keys: int
+    periodic_ticks: int = 0
 
     @property
     def total(self) -> int:
-        return self.completed + self.failed + self.cancelled + self.unique_keys
+        return (
+            self.completed + self.failed + self.cancelled + self.unique_keys + self.periodic_ticks
+        )
 
 
 def _in_batches(sql: str, params: dict | list) -> int:
@@ -79,6 +106,18 @@ def prune_state(status: str, *, days: float, batch: int = BATCH) -> int:
     return _in_batches(sql, {"status": status, "seconds": float(days) * 86400})
 
 
+def prune_periodic_ticks(*, batch: int = BATCH) -> int:
+    """Delete the tick rows no tick's "one job" needs any more (see the module's docstring)."""
+    config = get_config()
+    days = max(
+        config.retention_days,
+        config.failed_retention_days,
+        config.cancelled_retention_days,
+        TICKS_KEPT_MIN_DAYS,
+    )
+    return _in_batches(_DELETE_TICKS.format(batch=int(batch)), {"seconds": days * 86400})
+
+
 def jobs_prune(*, batch: int = BATCH) -> PruneResult:
     """Prune every state past its retention and the expired unique keys; record the run."""
     config = get_config()
@@ -90,6 +129,7 @@ def jobs_prune(*, batch: int = BATCH) -> PruneResult:
             Job.Status.CANCELLED, days=config.cancelled_retention_days, batch=batch
         ),
         unique_keys=_in_batches(_DELETE_KEYS.format(batch=int(batch)), []),
+        periodic_ticks=prune_periodic_ticks(batch=batch),
     )
     with transaction.atomic():
         JobPruneRun.objects.create(
@@ -97,17 +137,20 @@ def jobs_prune(*, batch: int = BATCH) -> PruneResult:
             failed=result.failed,
             cancelled=result.cancelled,
             unique_keys=result.unique_keys,
+            periodic_ticks=result.periodic_ticks,
             seconds=round(time.monotonic() - started, 3),
         )
         with connection.cursor() as cursor:
             cursor.execute(_DELETE_RUNS, [RUNS_KEPT_DAYS])
     if result.total:
         logger.info(
-            "jobs pruned: %s completed, %s failed, %s cancelled, %s expired unique keys",
+            "jobs pruned: %s completed, %s failed, %s cancelled, %s expired unique keys, "
+            "%s periodic ticks",
             result.completed,
             result.failed,
             result.cancelled,
             result.unique_keys,
+            result.periodic_ticks,
             extra={"action": "jobs_pruned", "count": result.total},
         )
     return result

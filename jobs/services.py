@@ -35,7 +35,7 @@ from django.db.models.functions import Coalesce, Greatest, Now
 
 from jobs.conf import get_config
 from jobs.enqueueing import enqueue, enqueue_many  # noqa: F401 - enqueue's home until issue 38
-from jobs.exceptions import LeaseLost, PermanentJobError
+from jobs.exceptions import LeaseLost, PermanentJobError, Snooze
 from jobs.models import Job
 from project.backoff import retry_delay
 from project.pg_text import without_nul
@@ -307,8 +307,13 @@ def job_record_failure(
     the backoff. An interrupt (KeyboardInterrupt, SystemExit) is the worker stopping, not
     the job failing: it re-queues without delay (the attempt still counts). Any other
     BaseException (CancelledError, GeneratorExit, a library's own) is a failure like any
-    other and backs off: a handler that always raises one must not spin.
+    other and backs off: a handler that always raises one must not spin. A `jobs.Snooze`
+    is no failure: 'snoozed' (jobs/snoozing.py), or 'failed' past JOBS_MAX_SNOOZES.
     """
+    if isinstance(exc, Snooze):
+        from jobs.snoozing import job_record_snooze
+
+        return job_record_snooze(job=job, worker=worker, snooze=exc, started_ago=started_ago)
     error = format_error(exc)
     fields: dict[str, Any] = {
         "locked_by": "",
@@ -434,10 +439,13 @@ def jobs_retry_now(*, jobs: QuerySet[Job]) -> int:
     """Queue the given queued/failed/cancelled jobs to run now; one UPDATE for any number.
 
     A failed job gets one more attempt (max_attempts raised to attempts + 1 if needed), so
-    `attempts <= max_attempts` keeps holding; running or completed jobs are left alone.
+    `attempts <= max_attempts` keeps holding, and its snoozes back (issue 38: one that
+    failed for snoozing too often may snooze again); running or completed jobs are left
+    alone.
     """
     fields = {
         "status": Status.QUEUED,
+        "snoozes": 0,
         "run_after": Now(),
         "failed_at": None,
         "cancelled_at": None,

@@ -147,7 +147,8 @@ def job_pruning_summary(now: datetime) -> str:
         return (
             f"{sum(r.completed for r in done)} completed, {sum(r.failed for r in done)} failed, "
             f"{sum(r.cancelled for r in done)} cancelled, "
-            f"{sum(r.unique_keys for r in done)} expired unique keys"
+            f"{sum(r.unique_keys for r in done)} expired unique keys, "
+            f"{sum(r.periodic_ticks for r in done)} periodic ticks"
         )
 
     return (

@@ -280,6 +280,9 @@ JOBS_RETENTION_DAYS = env_float("JOBS_RETENTION_DAYS", 14, minimum=0)  # complet
 # Failed and cancelled rows are evidence an operator may still read: kept longer (issue 38).
 JOBS_FAILED_RETENTION_DAYS = env_float("JOBS_FAILED_RETENTION_DAYS", 30, minimum=0)
 JOBS_CANCELLED_RETENTION_DAYS = env_float("JOBS_CANCELLED_RETENTION_DAYS", 30, minimum=0)
+# Issue 38, point 2: a job may snooze (jobs.Snooze, no attempt spent) this many times; the next
+# snooze fails it. 0: a snooze fails the job at once.
+JOBS_MAX_SNOOZES = env_int("JOBS_MAX_SNOOZES", 100, minimum=0)
 JOBS_EXTRA_HANDLER_MODULES = env_list("JOBS_EXTRA_HANDLER_MODULES", [])  # besides <app>.handlers
 JOBS_DRAIN_SECONDS = env_float(  # seconds one scheduled/woken drain may claim new batches
     "JOBS_DRAIN_SECONDS", min(60.0, Q_TIMEOUT / 2), minimum=1

@@ -19,6 +19,8 @@ SCENARIO_MODULES = [
     "tests.faults.minting_scenario",
     "tests.faults.caps_scenario",
     "tests.faults.producers_scenario",
+    "tests.faults.snooze_scenario",
+    "tests.faults.periodic_scenario",
 ]
 
 

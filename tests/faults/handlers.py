@@ -72,3 +72,38 @@ def capped(payload: dict) -> None:
     """A kind capped to one at a time for the whole deployment (issue 37, point 2)."""
     note(payload["log"], "start", payload["n"])
     note(payload["log"], "end", payload["n"])
+
+
+def _snoozes(job_id: int) -> int:
+    from jobs.models import Job
+
+    return Job.objects.filter(pk=job_id).values_list("snoozes", flat=True).get()
+
+
+@handler("faults.snooze")
+def snooze(payload: dict, job) -> None:
+    """Issue 38, point 2: writes its row in the job's transaction, then snoozes (0 s) while
+    the job has not snoozed yet: the row is rolled back with the snooze, and written by the
+    run after it."""
+    from jobs import Snooze
+
+    note(payload["log"], "start", payload["n"])
+    _row(payload["n"])
+    if _snoozes(job.id) < 1:
+        note(payload["log"], "snooze", payload["n"])
+        raise Snooze(0)
+
+
+@handler("faults.snooze_own_steps", atomic=False)
+def snooze_own_steps(payload: dict, job) -> None:
+    """As `faults.snooze`, committing its own step first (idempotent per attempt)."""
+    from jobs import Snooze
+
+    note(payload["log"], "start", payload["n"])
+    with transaction.atomic():
+        get_user_model().objects.get_or_create(
+            username=f"job{payload['n']}", defaults={"last_name": str(payload["n"])}
+        )
+    if _snoozes(job.id) < 1:
+        note(payload["log"], "snooze", payload["n"])
+        raise Snooze(0)

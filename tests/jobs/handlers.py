@@ -303,3 +303,49 @@ def capped(payload: dict) -> None:
 @handler(CAPPED_ONE_KIND, concurrency=1)
 def capped_one(payload: dict) -> None:
     time.sleep(payload.get("sleep", 0))
+
+
+# Issue 38, point 2: handlers that snooze. Each appends `start n t` (this host's wall clock)
+# to payload['log'] and writes a user row in its transaction (rolled back when it snoozes),
+# then snoozes payload['seconds'] while it has started at most payload['times'] times (the
+# log's lines say how often); with payload['raw'] it raises Snooze(raw) as given (hostile
+# values: "nan", "inf" and "ten years" stand for what JSON cannot carry).
+RAW_SNOOZES = {"nan": float("nan"), "inf": float("inf"), "ten years": 10 * 365 * 86400}
+
+
+def _snooze_or_not(payload: dict) -> None:
+    from jobs import Snooze
+
+    _append(payload["log"], f"start {payload.get('n', 0)} {time.time()}")
+    get_user_model().objects.create(username=f"snoozer-{time.monotonic_ns()}")
+    if "raw" in payload:
+        raise Snooze(RAW_SNOOZES.get(payload["raw"], payload["raw"]))
+    starts = len(Path(payload["log"]).read_text().splitlines())
+    if starts <= payload.get("times", 1):
+        raise Snooze(payload.get("seconds", 0))
+
+
+@handler("tests.snooze")
+def snooze(payload: dict) -> None:
+    _snooze_or_not(payload)
+
+
+@handler("tests.snooze_own_steps", atomic=False)
+def snooze_own_steps(payload: dict) -> None:
+    _snooze_or_not(payload)
+
+
+@handler("tests.snooze_async")
+async def snooze_async(payload: dict) -> None:
+    import asyncio
+
+    await asyncio.to_thread(_snooze_in_thread, payload)
+
+
+def _snooze_in_thread(payload: dict) -> None:
+    from django.db import connection
+
+    try:
+        _snooze_or_not(payload)
+    finally:
+        connection.close()

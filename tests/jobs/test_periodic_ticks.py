@@ -4,6 +4,7 @@ and the declarations refused at import (point 9, hostile input)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -201,3 +202,102 @@ def test_jobs_periodic_is_the_public_name():
         )
     finally:
         forget("tests.public")
+
+
+# --- issue 38, point 9: a property over random cron lines, against an oracle ----------------
+
+
+def _field(low: int, high: int) -> st.SearchStrategy[str]:
+    value = st.integers(low, high)
+    return st.one_of(
+        st.just("*"),
+        value.map(str),
+        st.integers(2, max(2, (high - low) // 2)).map(lambda k: f"*/{k}"),
+        st.tuples(value, value).map(lambda p: f"{min(p)}-{max(p)}"),
+        st.lists(value, min_size=2, max_size=3, unique=True).map(
+            lambda vs: ",".join(map(str, sorted(vs)))
+        ),
+    )
+
+
+RANDOM_LINES = st.tuples(
+    _field(0, 59), _field(0, 23), _field(1, 31), _field(1, 12), _field(0, 6)
+).map(" ".join)
+DST_ZONES = st.sampled_from(
+    ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "America/Santiago", "UTC"]
+)
+
+
+@cache
+def _transitions(tz: str) -> list[datetime]:
+    """The instants of 2026 at which `tz`'s offset changes (found hour by hour)."""
+    zone = ZoneInfo(tz)
+    hours = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(hours=h) for h in range(366 * 24)]
+    return [
+        later
+        for earlier, later in zip(hours, hours[1:], strict=False)
+        if earlier.astimezone(zone).utcoffset() != later.astimezone(zone).utcoffset()
+    ]
+
+
+def _near_a_change(tz: str) -> st.SearchStrategy[datetime]:
+    """An instant up to 12 hours before one of `tz`'s daylight-saving changes (where the
+    rules matter: a line firing hourly or more often meets it within its next 20 ticks), or
+    any instant when it has none."""
+    changes = _transitions(tz)
+    if not changes:
+        return INSTANTS
+    return st.tuples(st.sampled_from(changes), st.integers(0, 12 * 60)).map(
+        lambda pair: pair[0] - timedelta(minutes=pair[1])
+    )
+
+
+def _gap(wall: datetime, zone: ZoneInfo) -> bool:
+    """PEP 495: a wall time a spring-forward skips reads the earlier offset with fold=0 and
+    the later with fold=1, the later being larger; in a repeated hour the reverse."""
+    first = wall.replace(tzinfo=zone, fold=0).utcoffset()
+    second = wall.replace(tzinfo=zone, fold=1).utcoffset()
+    return first < second
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    line=RANDOM_LINES,
+    tz_start=DST_ZONES.flatmap(lambda tz: st.tuples(st.just(tz), _near_a_change(tz))),
+)
+def test_ticks_are_the_lines_existing_wall_times_each_once_at_its_first_occurrence(line, tz_start):
+    """Whatever the line and zone: each tick lies after the instant asked from, its wall
+    time matches the line and exists (a spring-forward gap never fires), a repeated wall
+    time fires at its first occurrence only, and the ticks are exactly the line's existing
+    wall times in order: none skipped, none twice (the oracle walks cronsim's naive wall
+    times and decides gaps and repeats from the zone's offsets, not from our code)."""
+    tz, start = tz_start
+    try:
+        schedule = periodic("tests.noop", name="tests.random_line", cron=line, tz=tz)
+    except InvalidSchedule:
+        return  # a line that never fires (31 April) is refused, tested above
+    finally:
+        forget("tests.random_line")
+    zone = ZoneInfo(tz)
+    tick = next_tick(schedule, start)
+    if tick is None:
+        return
+    assert tick > start
+    ticks = [tick]
+    for _ in range(20):
+        following = next_tick(schedule, ticks[-1])
+        if following is None:
+            break
+        ticks.append(following)
+    walls = [t.astimezone(zone).replace(tzinfo=None) for t in ticks]
+    for t, wall in zip(ticks, walls, strict=True):
+        assert next(CronSim(line, wall - timedelta(minutes=1))) == wall  # matches the line
+        assert not _gap(wall, zone)
+        assert t == wall.replace(tzinfo=zone, fold=0).astimezone(UTC)  # first occurrence
+    oracle = []
+    for wall in CronSim(line, walls[0]):
+        if len(oracle) == len(ticks) - 1:
+            break
+        if not _gap(wall, zone):
+            oracle.append(wall.replace(tzinfo=zone, fold=0).astimezone(UTC))
+    assert ticks[1:] == oracle

@@ -14,6 +14,7 @@ from django_q.management.commands.qcluster import Command as DjangoQClusterComma
 from jobs import floor_hints, linger_signal
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
 from jobs.periodic_scheduler import periodic_scheduler_running
+from jobs.periodic_ticks import checked_schedules
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
 from ops.demo import print_next_steps_again
@@ -39,6 +40,9 @@ class Command(DjangoQClusterCommand):
             self.stdout.write(disabled_line(schedule))
         # The handlers' caps per kind, as this release's code says (issue 37, point 2).
         self.stdout.write(kind_caps_line(kind_caps_sync()))
+        # The `jobs.periodic` schedules, each kind with a handler, or no start (issue 38).
+        schedules = checked_schedules()
+        self.stdout.write(f"periodic schedules: {len(schedules)}")
         settings.SECRET_KEY  # noqa: B018 - as django-q2's command: refuse to start without it
         if options.get("cluster_name"):  # as django-q2's command: the broker's queue name
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
@@ -65,7 +69,7 @@ class Command(DjangoQClusterCommand):
         with (
             beacon_running(role="qcluster"),
             rollup_ticker_running(),
-            periodic_scheduler_running(),
+            periodic_scheduler_running(schedules),
         ):
             # After the start-up lines, on a first start after the demo (issue 36.8).
             print_next_steps_again(get_config().var_dir, self.stdout.write)
