@@ -26,7 +26,7 @@ from jobs import registry, services
 from jobs.completer import RunSummary, count_completions, record, settle
 from jobs.conf import get_config
 from jobs.keeper import Keeper
-from jobs.ledger import ASYNC, THREAD, Done, Ledger
+from jobs.ledger import THREAD, Done, Ledger
 from jobs.producer import due_now, due_within, send_step, wait_until
 from jobs.slots import Executor
 from processes.beacon import doing
@@ -35,6 +35,8 @@ from project.reconnect import Reconnect
 __all__ = ["RunSummary", "run_pending"]
 
 logger = logging.getLogger(__name__)
+
+FRUITLESS_POLL_MAX_SECONDS = 0.4  # the longest wait between claims that find nothing to fit
 
 
 def run_pending(
@@ -74,11 +76,21 @@ def run_pending(
     inside = connection.in_atomic_block
     inline = inside or config.concurrency == 1
     summary = RunSummary(worker=services.new_worker_id())
+    if not inline:
+        registry.check_reservations(
+            threads=config.concurrency, async_tasks=config.async_concurrency
+        )
     ledger = Ledger(
         threads=1 if inline else config.concurrency,
         async_tasks=1 if inline else config.async_concurrency,
+        reserved={} if inline else registry.reserved_slots(),
     )
-    executor = Executor(worker=summary.worker, threads=config.concurrency, inline=inline)
+    executor = Executor(
+        worker=summary.worker,
+        threads=config.concurrency,
+        inline=inline,
+        atomic_units=config.atomic_concurrency,
+    )
     drain = _Drain(
         summary, ledger, executor, limit=limit, max_seconds=max_seconds, stop=stop,
         wake_others=wake_others, linger=linger,
@@ -132,6 +144,8 @@ class _Drain:
         self.reconnect = Reconnect("job drain")
         self.woke_others = False
         self.gather_until: float | None = None  # after a small claim, the next waits until then
+        self.fruitless = 0  # polls in a row that found jobs due and claimed none
+        self.poll_claim_at = 0.0  # the next poll's claim not before (monotonic)
 
     # --- the one-slot drain: each job on this thread, a batch at a time --------------------
 
@@ -240,15 +254,28 @@ class _Drain:
                 and want
                 and self.may_start()
                 and (blocked is None or self.enough_free(blocked))
+                and time.monotonic() >= self.poll_claim_at
             ):
                 queue_empty = not due_now()
                 if not queue_empty or ledger.done:
-                    self.send_now(want if not queue_empty else 0)
+                    step = self.send_now(want if not queue_empty else 0)
+                    if not queue_empty and step is not None:
+                        queue_empty = len(step.claimed) < want
+                        if not step.claimed:
+                            self.claimed_nothing_due()
 
-    def send_now(self, claim: int) -> None:
+    def claimed_nothing_due(self) -> None:
+        """Jobs are due but none fits a free slot (the busy slots' kinds, a reserved kind's
+        backlog): ask again less often, up to every FRUITLESS_POLL_MAX_SECONDS, until a slot
+        frees or a claim takes something (each poll was a statement every 50 ms)."""
+        self.fruitless += 1
+        wait = self.config.linger_poll_seconds * 2**self.fruitless
+        self.poll_claim_at = time.monotonic() + min(wait, FRUITLESS_POLL_MAX_SECONDS)
+
+    def send_now(self, claim: int) -> services.Step | None:
         with self.ledger.handing_back:
             done = self.ledger.take_done()
-        self.send(done, claim)
+        return self.send(done, claim)
 
     def start_what_can_start(self) -> None:
         if not self.may_start():
@@ -276,16 +303,6 @@ class _Drain:
         with ledger.lock:
             return sum(ledger.capacity.values()) - sum(ledger.busy.values()) + len(ledger.holding)
 
-    def end_with(self) -> list[str]:
-        """Kinds a claim must end with: those whose kind of slot is full (a claim would
-        only hold what follows them until the keeper gave it back)."""
-        full_threads = self.ledger.free(THREAD, after_send=True) <= 0
-        full_async = self.ledger.free(ASYNC, after_send=True) <= 0
-        if not (full_threads or full_async):
-            return []
-        kinds = registry.registered_kinds()
-        return [kind for kind in kinds if registry.is_async(kind) == full_async]
-
     # --- shared ---------------------------------------------------------------------------
 
     last_took_nothing = True
@@ -294,6 +311,8 @@ class _Drain:
         """Record what the slots finished (waiting up to `timeout` for the first)."""
         outcomes = self.executor.collect(timeout=timeout)
         self.last_took_nothing = not outcomes
+        if outcomes:
+            self.fruitless, self.poll_claim_at = 0, 0.0  # a slot frees: claim as usual
         stopping = None
         for outcome in outcomes:
             stopping = record(
@@ -351,7 +370,9 @@ class _Drain:
             done=done, claim=claim, want_more=want_more,
             # With slots every claimed job starts at once: no kind is slow to wait behind.
             slow=self.executor.inline,
-            end_with=self.end_with() if claim and not self.executor.inline else (),
+            # With slots the claim takes only what the free slots can start (each kind's
+            # own reserved slots, then the shared ones: migration 0023).
+            room=None if self.executor.inline else self.ledger.room,
         )  # fmt: skip
         self.ledger.sent(done)
         if step is None:
@@ -362,6 +383,7 @@ class _Drain:
         # renews their lease and the reaper gives them back (issue 29, point 2).
         count_completions(done, step.completed, self.summary, self.ledger.unsure, resent=resent)
         if step.claimed:
+            self.fruitless, self.poll_claim_at = 0, 0.0
             self.ledger.add(step.claimed)
             self.summary.claimed += len(step.claimed)
             if len(step.claimed) * 2 < self.config.claim_batch_size:
