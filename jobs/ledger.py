@@ -69,6 +69,8 @@ class Ledger:
         self.reserved = dict(reserved or {})  # kind -> slots only it may use
         self.own_busy = dict.fromkeys(self.reserved, 0)
         self.places: dict[int, str | None] = {}  # job id -> its own kind's slot, or None: shared
+        self.kind_of: dict[int, str] = {}  # job id -> kind, of every busy slot
+        self.kind_busy: dict[str, int] = {}  # kind -> its busy slots
         shared = {THREAD: threads, ASYNC: async_tasks}
         for kind, count in self.reserved.items():
             shared[ASYNC if registry.is_async(kind) else THREAD] -= count
@@ -114,6 +116,8 @@ class Ledger:
                 self.unstarted.remove(job)
                 self.busy[pool] += 1
                 self.places[job.id] = own
+                self.kind_of[job.id] = job.kind
+                self.kind_busy[job.kind] = self.kind_busy.get(job.kind, 0) + 1
                 if own is not None:
                     self.own_busy[own] += 1
                 now = time.monotonic()
@@ -149,6 +153,13 @@ class Ledger:
     def _free_slot(self, job_id: int, pool: str) -> None:
         """`lock` held: the slot `job_id` held is free."""
         self.busy[pool] -= 1
+        kind = self.kind_of.pop(job_id, None)
+        if kind is not None:
+            left = self.kind_busy[kind] - 1
+            if left:
+                self.kind_busy[kind] = left
+            else:
+                del self.kind_busy[kind]
         own = self.places.pop(job_id, None)
         if own is not None:
             self.own_busy[own] -= 1
@@ -157,6 +168,11 @@ class Ledger:
         """`lock` held: the shared slots of `pool` in use."""
         own = sum(n for kind, n in self.own_busy.items() if pool_of_kind(kind) == pool)
         return self.busy[pool] - own
+
+    def in_use(self) -> dict[str, int]:
+        """Busy slots per kind (running, or holding a completion until it is flushed)."""
+        with self.lock:
+            return dict(self.kind_busy)
 
     def room(self) -> Room:
         """What the next claim may take once the completions waiting are sent (they free

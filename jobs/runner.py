@@ -26,10 +26,10 @@ from jobs import registry, services
 from jobs.completer import RunSummary, count_completions, record, settle
 from jobs.conf import get_config
 from jobs.keeper import Keeper
-from jobs.ledger import THREAD, Done, Ledger
+from jobs.ledger import ASYNC, THREAD, Done, Ledger
 from jobs.producer import due_now, due_within, send_step, wait_until
 from jobs.slots import Executor
-from processes.beacon import doing
+from processes.beacon import doing, using_slots
 from project.reconnect import Reconnect
 
 __all__ = ["RunSummary", "run_pending"]
@@ -107,6 +107,7 @@ def run_pending(
             doing("")  # issue 20 hook: idle again in the process registry
             keeper.stop()  # no statement of its own from here on
             settle(ledger, summary)
+            drain.report_slots()  # none in use now
             executor.shutdown()
             summary.seconds = time.monotonic() - drain.started
     if stopping is not None:
@@ -289,6 +290,15 @@ class _Drain:
             doing(f"job #{first.id} {first.kind}{more}")  # issue 20 hook: "current"
         else:
             doing("")
+        self.report_slots()
+
+    def report_slots(self) -> None:
+        """The beacon's slots figure (issue 37, point 10): total and in use per kind."""
+        ledger = self.ledger
+        using_slots(
+            threads=ledger.capacity[THREAD], async_tasks=ledger.capacity[ASYNC],
+            busy=ledger.in_use(),
+        )  # fmt: skip
 
     def enough_free(self, pool: str) -> bool:
         """Whether half of `pool`'s slots (at most half a batch) are free once the
