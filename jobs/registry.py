@@ -169,6 +169,13 @@ def async_kinds() -> list[str]:
     return sorted(_async)
 
 
+def check_reservations_at_start() -> None:
+    """A worker command's start-up check (`qcluster`, `run_jobs`): the reservations of this
+    release's handlers fit the configured slots (else ImproperlyConfigured, naming them)."""
+    config = get_config()
+    check_reservations(threads=config.concurrency, async_tasks=config.async_concurrency)
+
+
 def check_reservations(*, threads: int, async_tasks: int) -> None:
     """Refuse reservations that leave no shared slot (naming the kinds): every other kind
     would wait forever. The one-slot drain (threads == 1) ignores them."""

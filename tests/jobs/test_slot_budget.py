@@ -11,10 +11,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from io import StringIO
 
 import psycopg
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
 from django.db import connection
 
 from jobs import enqueue, enqueue_many, handler, registry, run_pending
@@ -101,6 +103,21 @@ def test_reservations_that_leave_no_shared_slot_are_refused_naming_the_kind(sett
 
     with pytest.raises(ImproperlyConfigured, match=r"tests\.budget_reply 2.*JOBS_CONCURRENCY=2"):
         run_pending()
+
+
+def test_run_jobs_refuses_to_start_with_reservations_that_do_not_fit(settings, register):
+    """The start-up check: the command stops before it claims anything, naming the kind."""
+    settings.JOBS_CONCURRENCY = 3
+
+    @register(REPLY, atomic=False, reserved=3)
+    def reply(payload: dict) -> None:
+        pass
+
+    job = enqueue(REPLY, {})
+    with pytest.raises(ImproperlyConfigured, match=r"reserve 3 thread slots.*tests\.budget_reply"):
+        call_command("run_jobs", "--burst", stdout=StringIO())
+    job.refresh_from_db()
+    assert job.status == Job.Status.QUEUED and job.attempts == 0
 
 
 def test_a_reservation_must_be_a_whole_number(register):
