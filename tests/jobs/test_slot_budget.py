@@ -197,3 +197,36 @@ def test_atomic_handlers_waiting_on_another_connection_cannot_stall_behind_a_poo
         summary = run_pending()
 
     assert (summary.completed, summary.failed) == (8, 0)
+
+
+def test_the_claim_takes_no_more_of_a_kind_than_the_slots_can_start():
+    """The statement itself (jobs_runner_step_v6): with two shared thread slots free and one
+    slot of the reply kind's own, a claim of 20 takes the first two backfill jobs and the
+    reply; the other backfill jobs stay queued, no attempt spent."""
+    from jobs.ledger import Room
+    from jobs.services import job_runner_step
+
+    backfill = [j.pk for j in (enqueue(BACKFILL, {"n": n}) for n in range(10))]
+    reply = enqueue(REPLY, {}).pk
+
+    room = Room(reserved={REPLY: 1}, async_kinds=[], thread_free=2, async_free=500)
+    claimed = [job.id for job in job_runner_step(worker="w", claim=20, room=room).claimed]
+
+    assert sorted(claimed) == sorted([*backfill[:2], reply])
+    assert Job.objects.filter(status=Job.Status.QUEUED, attempts=0).count() == 8
+
+
+def test_a_kind_whose_slots_are_full_is_passed_by_the_next_kind_in_claim_order():
+    """No shared slot free: the backfill's jobs (first in claim order) are not taken, the
+    reply (its own slot free) is; with no own slot free either, nothing is."""
+    from jobs.ledger import Room
+    from jobs.services import job_runner_step
+
+    for n in range(5):
+        enqueue(BACKFILL, {"n": n})
+    reply = enqueue(REPLY, {}).pk
+    full = Room(reserved={REPLY: 0}, async_kinds=[], thread_free=0, async_free=500)
+    assert job_runner_step(worker="w", claim=20, room=full).claimed == []
+
+    room = Room(reserved={REPLY: 1}, async_kinds=[], thread_free=0, async_free=500)
+    assert [job.id for job in job_runner_step(worker="w", claim=20, room=room).claimed] == [reply]
