@@ -223,11 +223,6 @@ class Ledger:
         with self.lock:
             return self.take_done_locked()
 
-    def waiting_pool(self) -> str | None:
-        """The kind of slot the first unstarted claim waits for (every one is busy), if any."""
-        with self.lock:
-            return pool_of(self.unstarted[0]) if self.unstarted else None
-
     def has_unstarted(self) -> bool:
         with self.lock:
             return bool(self.unstarted)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TypeVar
 
 from django.db import DatabaseError
@@ -35,15 +35,13 @@ def send_step(
     claim: int,
     want_more: bool,
     slow: bool = True,
-    end_with: Sequence[str] = (),
     room: Callable[[], Room] | None = None,
 ) -> tuple[services.Step | None, bool]:
     """The drain's statement (completions, then a claim), sent again after a lost
     connection; returns the step (None if the connection stayed lost) and whether it was
     sent more than once (an earlier try may have committed with its answer lost).
-    `end_with`: kinds the claim must end with besides the slow ones (no free slot would
-    start what followed them); `slow`: end it with the kinds known to run long too (the
-    one-slot drain, whose claims wait behind each other); `room`: the drain's free slots,
+    `slow`: end the claim with the kinds known to run long (the one-slot drain, whose claims
+    wait behind each other); `room`: the drain's free slots,
     read as the statement goes (the claim takes no more of a kind than they can start)."""
     tries = 0
 
@@ -55,8 +53,6 @@ def send_step(
         # snapshot's dead entries below it cost no heap visit.
         floor = claim_floor.bound() if claim else None
         ends = slow_kinds.get(get_config().hold_unstarted_seconds) if claim and slow else []
-        if end_with:
-            ends = sorted({*ends, *end_with})
         sent = time.monotonic()  # the statement's time, not the slow-kind read's
         step = services.job_runner_step(
             worker=worker,

@@ -192,36 +192,23 @@ class _Drain:
     def run_slots(self) -> BaseException | None:
         ledger, config = self.ledger, self.config
         queue_empty = False  # the last claim took less than it asked for
-        # The kind of slot a claimed job last waited for (all busy): the head of the queue
-        # needs it, so a claim for the other kind's free slots would take one such job and
-        # hold it. Until a claim reaches the queue's end, claims are for that kind alone:
-        # its free slots, when half of them (at most half a batch) are free.
-        blocked: str | None = None
+        # A claim takes only what the free slots can start (`Ledger.room`, migration 0023):
+        # a claimed job never waits for a slot, and jobs that fit none stay queued.
         while True:
             stopping = self.take_outcomes()
             if stopping is not None:
                 return stopping
             self.start_what_can_start()
-            waiting = ledger.waiting_pool()
-            if waiting is not None:
-                # The claim ended at that job (`end_with`), not at the queue's end.
-                blocked, queue_empty = waiting, False
             idle = not ledger.has_running() and not ledger.has_unstarted()
             with ledger.handing_back:
                 unstarted = ledger.has_unstarted()
-                if blocked is None:
-                    free = self.free_after_send()
-                    # Claim when half the thread slots (at most half a batch) are free, or
-                    # none runs: a few statements for many slots, not one per slot that ends.
-                    enough = free >= max(
-                        1, min(config.claim_batch_size, ledger.capacity[THREAD]) // 2
-                    )
-                else:
-                    free = ledger.free(blocked, after_send=True)
-                    enough = self.enough_free(blocked)
+                free = self.free_after_send()
+                # Claim when half the thread slots (at most half a batch) are free, or none
+                # runs: a few statements for many slots, not one per slot that ends.
+                enough = free >= max(1, min(config.claim_batch_size, ledger.capacity[THREAD]) // 2)
                 want = 0 if unstarted else self.claim_size(free)
                 if ledger.must_send():
-                    claim = 0 if queue_empty or (blocked and not enough) else want
+                    claim = 0 if queue_empty else want
                 elif want and (idle or (enough and not queue_empty)):
                     claim = want
                 else:
@@ -238,8 +225,6 @@ class _Drain:
                     return None
                 if claim:
                     queue_empty = len(step.claimed) < claim
-                    if queue_empty:
-                        blocked = None  # the next claim may be for any kind of slot
                     if idle and not step.claimed and not self.due_within_linger():
                         return None
                 continue
@@ -254,7 +239,6 @@ class _Drain:
                 and queue_empty
                 and want
                 and self.may_start()
-                and (blocked is None or self.enough_free(blocked))
                 and time.monotonic() >= self.poll_claim_at
             ):
                 queue_empty = not due_now()
@@ -299,13 +283,6 @@ class _Drain:
             threads=ledger.capacity[THREAD], async_tasks=ledger.capacity[ASYNC],
             busy=ledger.in_use(),
         )  # fmt: skip
-
-    def enough_free(self, pool: str) -> bool:
-        """Whether half of `pool`'s slots (at most half a batch) are free once the
-        completions waiting are sent."""
-        capacity = self.ledger.capacity[pool]
-        free = self.ledger.free(pool, after_send=True)
-        return free >= max(1, min(self.config.claim_batch_size, capacity) // 2)
 
     def free_after_send(self) -> int:
         """Slots free once the completions waiting are sent (the claim goes with them)."""
