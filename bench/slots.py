@@ -129,8 +129,7 @@ def main() -> None:
             f"{twice} ran more than once"
         )
     if args.async_jobs:
-        # The slots' path (JOBS_CONCURRENCY above 1; its default is 1 for now, settings.py):
-        # JOBS_CONCURRENCY=10, the issue's default, and JOBS_ASYNC_CONCURRENCY's default.
+        # The defaults: JOBS_CONCURRENCY=10 and JOBS_ASYNC_CONCURRENCY=500.
         slots = {"JOBS_CONCURRENCY": "10"}
         seconds, twice = one_round("bench.async_sleep_1s", args.async_jobs, args.workers, slots)
         print(

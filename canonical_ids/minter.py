@@ -119,6 +119,7 @@ class ProcessMinter:
         self._lock = threading.Lock()
         self._renewer: threading.Thread | None = None  # a thread does not survive a fork
         self._held: _Held | None = None
+        self._renewing: _Held | None = None  # the lease a thread renews without the lock
         self._ts: TsMinter | None = None
         self._pid = os.getpid()
         self._started_at = timezone.now()
@@ -140,12 +141,23 @@ class ProcessMinter:
         return self.mint_with_lease()[0]
 
     def mint_with_lease(self) -> tuple[str, int, str]:
-        """Mint an id; also return the (slot, token) of the lease it was minted under."""
-        with self._lock:
-            self._check_pid()
-            held = self._ensure_lease()
-            assert self._ts is not None
-            return format_ts(self._ts.next_value()), held.lease.slot, held.lease.token
+        """Mint an id; also return the (slot, token) of the lease it was minted under.
+
+        A renewal that is due while the lease is still valid runs without the mint lock
+        (`_renew_unlocked`): the other threads keep minting under the valid lease meanwhile.
+        Held across the renewal, the lock made every minting thread wait for it, each inside
+        its handler's transaction; behind PgBouncer those transactions held every server
+        connection, and the renewal's own connection waited for one of them: the scale-out
+        rehearsal stalled with 10 slots per process (issue 37, the connection budget)."""
+        while True:
+            with self._lock:
+                self._check_pid()
+                renewal = self._start_renewal()
+                if renewal is None:
+                    held = self._ensure_lease()
+                    assert self._ts is not None
+                    return format_ts(self._ts.next_value()), held.lease.slot, held.lease.token
+            self._renew_unlocked(*renewal)
 
     def acquire(self) -> int:
         """Claim (or renew) the slot now rather than on the first mint; returns the slot."""
@@ -186,8 +198,16 @@ class ProcessMinter:
                 return None
             if held.database != leases.database_key():
                 return None
-            if self._monotonic() >= held.renew_due:
-                held = self._ensure_lease()
+            renewal = self._start_renewal()
+            if renewal is None:
+                if self._monotonic() >= held.renew_due:
+                    held = self._ensure_lease()
+                return max(0.0, held.renew_due - self._monotonic())
+        self._renew_unlocked(*renewal)
+        with self._lock:
+            held = self._held
+            if held is None:
+                return None
             return max(0.0, held.renew_due - self._monotonic())
 
     def after_fork_in_child(self) -> None:
@@ -217,6 +237,8 @@ class ProcessMinter:
             held = self._held = None  # the default database changed (test set-up): claim anew
         if held is not None and now < held.renew_due:
             return held
+        if held is not None and self._renewing is held and now < held.valid_until:
+            return held  # another thread is renewing it, without the lock: still valid
         config = self._config()
         if held is not None:
             try:
@@ -227,47 +249,98 @@ class ProcessMinter:
                     ttl=config.lease_ttl,
                 )
             except DatabaseError as exc:
-                # Judge validity by the clock *after* the failed try: a renewal that hung (a
-                # lock wait, a dead network) may have outlived the lease, and by then the
-                # slot can belong to another process (I1). Every try opens a fresh
-                # connection, so the next mint after an outage reconnects by itself. The
-                # next try waits RENEW_RETRY_SECONDS (it was every 50 ms: ~19 tracebacks a
-                # second per process through an outage), but never past the lease's end.
-                after = self._monotonic()
-                if after < held.valid_until:
-                    self._quiet.failed(
-                        exc,
-                        "writer slot renewal: could not renew slot %s",
-                        held.lease.slot,
-                        then="; still valid, retrying",
-                        extra={"action": "slot_renew_failed", "slot": held.lease.slot},
-                    )
-                    held.renew_due = min(after + RENEW_RETRY_SECONDS, held.valid_until)
-                    return held
-                self._quiet.failed(
-                    exc,
-                    "writer slot renewal: slot %s expired unrenewed",
-                    held.lease.slot,
-                    then="; refusing to mint until a new claim",
-                    extra={"action": "slot_expired", "slot": held.lease.slot},
-                )
-                self._held = None
-                raise NoWriterSlot(
-                    f"The lease on writer slot {held.lease.slot} expired and could not be "
-                    "renewed (database unreachable): refusing to mint"
-                ) from None
-            if renewed:
-                self._quiet.recovered("renewed again")
-                held.renew_due = now + config.renew_interval
-                held.valid_until = now + config.lease_ttl
+                return self._renewal_failed(held, exc)
+            if self._renewal_done(held, renewed, now, config):
                 return held
-            logger.warning(
-                "Lost the lease on writer slot %s; claiming another",
-                held.lease.slot,
-                extra={"action": "slot_lost", "slot": held.lease.slot},
-            )
-            self._held = None
         return self._acquire(config, now)
+
+    def _start_renewal(self) -> tuple[_Held, str, Config, float] | None:
+        """Under the lock: the held lease to renew without the lock (its renewal is due, it
+        is still valid, no other thread renews it), marked as being renewed; None otherwise
+        (then `_ensure_lease` does what is needed under the lock)."""
+        held = self._held
+        now = self._monotonic()
+        if (
+            held is None
+            or self._renewing is not None
+            or now < held.renew_due
+            or now >= held.valid_until
+            or held.database != leases.database_key()
+        ):
+            return None
+        self._renewing = held
+        return held, self._last_ts(), self._config(), now
+
+    def _renew_unlocked(self, held: _Held, last_ts: str, config: Config, now: float) -> None:
+        """Renew `held` on the lease's own connection without the mint lock, then record
+        the outcome under it (unless the lease was replaced meanwhile)."""
+        failure: DatabaseError | None = None
+        renewed = False
+        try:
+            renewed = leases.lease_renew(
+                slot=held.lease.slot, token=held.lease.token, last_ts=last_ts, ttl=config.lease_ttl
+            )
+        except DatabaseError as exc:
+            failure = exc
+        except BaseException:
+            with self._lock:
+                self._renewing = None
+            raise
+        with self._lock:
+            self._renewing = None
+            if self._held is not held:
+                return
+            if failure is not None:
+                self._renewal_failed(held, failure)
+            else:
+                self._renewal_done(held, renewed, now, config)
+
+    def _renewal_done(self, held: _Held, renewed: bool, now: float, config: Config) -> bool:
+        """Under the lock: record a renewal's answer; False when the lease was lost."""
+        if renewed:
+            self._quiet.recovered("renewed again")
+            held.renew_due = now + config.renew_interval
+            held.valid_until = now + config.lease_ttl
+            return True
+        logger.warning(
+            "Lost the lease on writer slot %s; claiming another",
+            held.lease.slot,
+            extra={"action": "slot_lost", "slot": held.lease.slot},
+        )
+        self._held = None
+        return False
+
+    def _renewal_failed(self, held: _Held, exc: DatabaseError) -> _Held:
+        """Under the lock: a renewal that raised; the lease if still valid, else raises."""
+        # Judge validity by the clock *after* the failed try: a renewal that hung (a
+        # lock wait, a dead network) may have outlived the lease, and by then the
+        # slot can belong to another process (I1). Every try opens a fresh
+        # connection, so the next mint after an outage reconnects by itself. The
+        # next try waits RENEW_RETRY_SECONDS (it was every 50 ms: ~19 tracebacks a
+        # second per process through an outage), but never past the lease's end.
+        after = self._monotonic()
+        if after < held.valid_until:
+            self._quiet.failed(
+                exc,
+                "writer slot renewal: could not renew slot %s",
+                held.lease.slot,
+                then="; still valid, retrying",
+                extra={"action": "slot_renew_failed", "slot": held.lease.slot},
+            )
+            held.renew_due = min(after + RENEW_RETRY_SECONDS, held.valid_until)
+            return held
+        self._quiet.failed(
+            exc,
+            "writer slot renewal: slot %s expired unrenewed",
+            held.lease.slot,
+            then="; refusing to mint until a new claim",
+            extra={"action": "slot_expired", "slot": held.lease.slot},
+        )
+        self._held = None
+        raise NoWriterSlot(
+            f"The lease on writer slot {held.lease.slot} expired and could not be "
+            "renewed (database unreachable): refusing to mint"
+        ) from None
 
     def _acquire(self, config: Config, now: float) -> _Held:
         role = config.role

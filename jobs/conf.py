@@ -40,6 +40,8 @@ class Config:
     drain_seconds: float  # how long one woken/scheduled drain may claim new batches
     poll_seconds: float  # run_jobs' sleep when the queue is empty
     concurrency: int  # thread slots per process (1: the drain runs each job on its own thread)
+    # thread slots per process inside a transaction of the runner's at once (the budget)
+    atomic_concurrency: int
     async_concurrency: int  # `async def` handlers running at once on the process's event loop
     linger_seconds: float  # a qcluster drain waits this long for a job before it returns
     linger_poll_seconds: float  # and asks this often whether one is due
@@ -115,7 +117,8 @@ def get_config() -> Config:
         extra_handler_modules=_modules("JOBS_EXTRA_HANDLER_MODULES"),
         drain_seconds=_number("JOBS_DRAIN_SECONDS", 60, positive=True),
         poll_seconds=_number("JOBS_POLL_SECONDS", 1.0, positive=True),
-        concurrency=_count("JOBS_CONCURRENCY", 1),
+        concurrency=_count("JOBS_CONCURRENCY", 10),
+        atomic_concurrency=_count("JOBS_ATOMIC_CONCURRENCY", 1),
         async_concurrency=_count("JOBS_ASYNC_CONCURRENCY", 500),
         linger_seconds=_number("JOBS_LINGER_SECONDS", 2.0),
         linger_poll_seconds=_number("JOBS_LINGER_POLL_SECONDS", 0.05, positive=True),

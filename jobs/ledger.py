@@ -7,6 +7,12 @@ completion that may wait (a kind declared idempotent) or one already committed, 
 after the commit for a completion that must be flushed (I21): so a slot never starts its
 next job while a completion it made could still be lost, and `kill -9` re-runs at most one
 job per slot.
+
+Reserved slots (issue 37, point 3, `@handler(kind, reserved=N)`): each kind of slot's
+capacity is its kinds' reservations plus the shared rest. A job takes a slot of its own
+kind's while one is free, else a shared one; `room()` says what each kind may start, and
+the claim (migration 0023) takes no more than that, so a backfill never fills the slots a
+reserved kind keeps.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 
 from jobs import registry, services
 from jobs.conf import get_config
@@ -36,12 +43,38 @@ def must_flush(done: list[Done]) -> bool:
 
 
 def pool_of(job: services.ClaimedJob) -> str:
-    return ASYNC if registry.is_async(job.kind) else THREAD
+    return pool_of_kind(job.kind)
+
+
+def pool_of_kind(kind: str) -> str:
+    return ASYNC if registry.is_async(kind) else THREAD
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a claim may take, once the completions waiting are sent: each reserved kind's
+    free own slots, and each kind of slot's free shared ones (jobs_runner_step_v6)."""
+
+    reserved: dict[str, int]  # kind -> its free own slots
+    async_kinds: list[str]  # the kinds the event loop runs (the rest: thread slots)
+    thread_free: int  # free shared thread slots
+    async_free: int  # free shared async slots
 
 
 class Ledger:
-    def __init__(self, *, threads: int, async_tasks: int) -> None:
+    def __init__(
+        self, *, threads: int, async_tasks: int, reserved: dict[str, int] | None = None
+    ) -> None:
         self.lock = threading.Lock()
+        self.reserved = dict(reserved or {})  # kind -> slots only it may use
+        self.own_busy = dict.fromkeys(self.reserved, 0)
+        self.places: dict[int, str | None] = {}  # job id -> its own kind's slot, or None: shared
+        self.kind_of: dict[int, str] = {}  # job id -> kind, of every busy slot
+        self.kind_busy: dict[str, int] = {}  # kind -> its busy slots
+        shared = {THREAD: threads, ASYNC: async_tasks}
+        for kind, count in self.reserved.items():
+            shared[ASYNC if registry.is_async(kind) else THREAD] -= count
+        self.shared_capacity = shared
         self.handing_back = threading.Lock()  # held by the keeper while its statements run
         self.capacity = {THREAD: threads, ASYNC: async_tasks}
         self.busy = {THREAD: 0, ASYNC: 0}
@@ -73,13 +106,24 @@ class Ledger:
         with self.lock:
             for job in self.unstarted:
                 pool = pool_of(job)
-                if pool in pools and self.busy[pool] < self.capacity[pool]:
-                    self.unstarted.remove(job)
-                    self.busy[pool] += 1
-                    now = time.monotonic()
-                    self.running[job.id] = (job, now)
-                    self.last_start = now
-                    return job, now
+                if pool not in pools or self.busy[pool] >= self.capacity[pool]:
+                    continue
+                own = job.kind if self.own_busy.get(job.kind, 0) < self.reserved.get(
+                    job.kind, 0
+                ) else None  # fmt: skip
+                if own is None and self._shared_busy(pool) >= self.shared_capacity[pool]:
+                    continue  # its kind's own slots (if any) are busy, and the shared ones
+                self.unstarted.remove(job)
+                self.busy[pool] += 1
+                self.places[job.id] = own
+                self.kind_of[job.id] = job.kind
+                self.kind_busy[job.kind] = self.kind_busy.get(job.kind, 0) + 1
+                if own is not None:
+                    self.own_busy[own] += 1
+                now = time.monotonic()
+                self.running[job.id] = (job, now)
+                self.last_start = now
+                return job, now
             return None
 
     def finished(self, job: services.ClaimedJob, *, done: bool) -> None:
@@ -95,7 +139,7 @@ class Ledger:
                     self.flush_pending = True
                     self.holding[job.id] = pool
                     return
-            self.busy[pool] -= 1
+            self._free_slot(job.id, pool)
 
     def sent(self, done: list[Done]) -> None:
         """These completions' statement has returned (committed, or its outcome unknown and
@@ -104,7 +148,58 @@ class Ledger:
             for job, _started in done:
                 pool = self.holding.pop(job.id, None)
                 if pool is not None:
-                    self.busy[pool] -= 1
+                    self._free_slot(job.id, pool)
+
+    def _free_slot(self, job_id: int, pool: str) -> None:
+        """`lock` held: the slot `job_id` held is free."""
+        self.busy[pool] -= 1
+        kind = self.kind_of.pop(job_id, None)
+        if kind is not None:
+            left = self.kind_busy[kind] - 1
+            if left:
+                self.kind_busy[kind] = left
+            else:
+                del self.kind_busy[kind]
+        own = self.places.pop(job_id, None)
+        if own is not None:
+            self.own_busy[own] -= 1
+
+    def _shared_busy(self, pool: str) -> int:
+        """`lock` held: the shared slots of `pool` in use."""
+        own = sum(n for kind, n in self.own_busy.items() if pool_of_kind(kind) == pool)
+        return self.busy[pool] - own
+
+    def in_use(self) -> dict[str, int]:
+        """Busy slots per kind (running, or holding a completion until it is flushed)."""
+        with self.lock:
+            return dict(self.kind_busy)
+
+    def room(self) -> Room:
+        """What the next claim may take once the completions waiting are sent (they free
+        their slots at that statement's commit)."""
+        with self.lock:
+            held_own: dict[str, int] = {}
+            held_shared = {THREAD: 0, ASYNC: 0}
+            for job_id, pool in self.holding.items():
+                own = self.places.get(job_id)
+                if own is None:
+                    held_shared[pool] += 1
+                else:
+                    held_own[own] = held_own.get(own, 0) + 1
+            reserved = {
+                kind: count - self.own_busy[kind] + held_own.get(kind, 0)
+                for kind, count in self.reserved.items()
+            }
+            free = {
+                pool: self.shared_capacity[pool] - self._shared_busy(pool) + held_shared[pool]
+                for pool in (THREAD, ASYNC)
+            }
+        return Room(
+            reserved=reserved,
+            async_kinds=registry.async_kinds(),
+            thread_free=free[THREAD],
+            async_free=free[ASYNC],
+        )
 
     def must_send(self) -> bool:
         """Whether a completion waiting here must be committed before its slot starts again
@@ -127,11 +222,6 @@ class Ledger:
     def take_done(self) -> list[Done]:
         with self.lock:
             return self.take_done_locked()
-
-    def waiting_pool(self) -> str | None:
-        """The kind of slot the first unstarted claim waits for (every one is busy), if any."""
-        with self.lock:
-            return pool_of(self.unstarted[0]) if self.unstarted else None
 
     def has_unstarted(self) -> bool:
         with self.lock:

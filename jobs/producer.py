@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TypeVar
 
 from django.db import DatabaseError
@@ -18,7 +18,7 @@ from jobs import linger_signal, selectors, services
 from jobs.claim_floor import claim_floor
 from jobs.conf import get_config
 from jobs.keeper import ago
-from jobs.ledger import Done, must_flush
+from jobs.ledger import Done, Room, must_flush
 from jobs.slow_kinds import slow_kinds
 from project.reconnect import Reconnect, connection_lost, sleep_until
 
@@ -35,14 +35,14 @@ def send_step(
     claim: int,
     want_more: bool,
     slow: bool = True,
-    end_with: Sequence[str] = (),
+    room: Callable[[], Room] | None = None,
 ) -> tuple[services.Step | None, bool]:
     """The drain's statement (completions, then a claim), sent again after a lost
     connection; returns the step (None if the connection stayed lost) and whether it was
     sent more than once (an earlier try may have committed with its answer lost).
-    `end_with`: kinds the claim must end with besides the slow ones (no free slot would
-    start what followed them); `slow`: end it with the kinds known to run long too (the
-    one-slot drain, whose claims wait behind each other)."""
+    `slow`: end the claim with the kinds known to run long (the one-slot drain, whose claims
+    wait behind each other); `room`: the drain's free slots,
+    read as the statement goes (the claim takes no more of a kind than they can start)."""
     tries = 0
 
     def send() -> services.Step:
@@ -53,8 +53,6 @@ def send_step(
         # snapshot's dead entries below it cost no heap visit.
         floor = claim_floor.bound() if claim else None
         ends = slow_kinds.get(get_config().hold_unstarted_seconds) if claim and slow else []
-        if end_with:
-            ends = sorted({*ends, *end_with})
         sent = time.monotonic()  # the statement's time, not the slow-kind read's
         step = services.job_runner_step(
             worker=worker,
@@ -64,6 +62,7 @@ def send_step(
             durable=must_flush(done),
             slow_kinds=ends,
             floor=floor,
+            room=room() if claim and room is not None else None,
         )
         claim_floor.saw(bound=floor, seen=step.seen_floor, took=time.monotonic() - sent)
         return step

@@ -30,6 +30,7 @@ _handlers: dict[str, HandlerFn] = {}
 _outside_transaction: set[str] = set()  # kinds whose handler manages its own transactions
 _idempotent: set[str] = set()  # kinds whose handler may run twice with no harm (issue 29)
 _caps: dict[str, int] = {}  # kind -> most jobs of it processing at once, deployment-wide
+_reserved: dict[str, int] = {}  # kind -> slots per process only it may use (issue 37.3)
 _async: set[str] = set()  # kinds whose handler is an `async def` (the event loop runs them)
 _with_context: set[str] = set()  # kinds whose handler takes the job context as well
 _discovered = False
@@ -37,7 +38,12 @@ _lock = threading.Lock()
 
 
 def handler(
-    kind: str, *, atomic: bool = True, idempotent: bool = False, concurrency: int | None = None
+    kind: str,
+    *,
+    atomic: bool = True,
+    idempotent: bool = False,
+    concurrency: int | None = None,
+    reserved: int = 0,
 ) -> Callable[[HandlerFn], HandlerFn]:
     """Register the decorated `fn(payload: dict)` as the handler of `kind` jobs.
 
@@ -59,6 +65,13 @@ def handler(
     Slack channel). The database enforces it in the claim; the workers write the caps of
     their registry to `jobs_kindcap` at start-up (jobs/kind_caps.py). A job held back by
     its cap stays queued and spends no attempt.
+    `reserved=N` keeps N slots of each worker process for this kind alone (issue 37, point
+    3): a backfill of another kind that fills every other slot does not keep it waiting.
+    Its jobs use their own slots first, then the shared ones; the claim (in the database)
+    takes no more of any kind than its own free slots and the shared free ones can start
+    (jobs/ledger.py, migration 0023). Reservations must leave a shared slot for the other
+    kinds (checked when a drain starts, `check_reservations`); with JOBS_CONCURRENCY=1 (the
+    one-slot drain) they do not apply.
     An `async def` handler runs as a task on the worker process's event loop (issue 37);
     `atomic` does not apply to it (Django's transactions are synchronous): its completion is
     recorded as an `atomic=False` handler's is. A handler that takes a second positional
@@ -77,6 +90,12 @@ def handler(
         raise ImproperlyConfigured(
             f"job kind {kind!r}: concurrency={concurrency!r} must be a whole number >= 1 "
             "(the most jobs of the kind running at once), or left out for no cap"
+        )
+
+    if isinstance(reserved, bool) or not isinstance(reserved, int) or reserved < 0:
+        raise ImproperlyConfigured(
+            f"job kind {kind!r}: reserved={reserved!r} must be a whole number >= 0 (slots per "
+            "worker process only this kind may use)"
         )
 
     def register(fn: HandlerFn) -> HandlerFn:
@@ -99,6 +118,10 @@ def handler(
             _caps.pop(kind, None)
         else:
             _caps[kind] = concurrency
+        if reserved:
+            _reserved[kind] = reserved
+        else:
+            _reserved.pop(kind, None)
         _mark(_async, kind, inspect.iscoroutinefunction(fn))
         _mark(_with_context, kind, _takes_context(fn))
         return fn
@@ -132,6 +155,43 @@ def kind_caps() -> dict[str, int]:
     """Every registered kind that has a cap (`concurrency=`), with its cap."""
     discover()
     return dict(sorted(_caps.items()))
+
+
+def reserved_slots() -> dict[str, int]:
+    """Every registered kind that keeps slots for itself (`reserved=`), with how many."""
+    discover()
+    return dict(sorted(_reserved.items()))
+
+
+def async_kinds() -> list[str]:
+    """The registered kinds whose handler is an `async def`."""
+    discover()
+    return sorted(_async)
+
+
+def check_reservations_at_start() -> None:
+    """A worker command's start-up check (`qcluster`, `run_jobs`): the reservations of this
+    release's handlers fit the configured slots (else ImproperlyConfigured, naming them)."""
+    config = get_config()
+    check_reservations(threads=config.concurrency, async_tasks=config.async_concurrency)
+
+
+def check_reservations(*, threads: int, async_tasks: int) -> None:
+    """Refuse reservations that leave no shared slot (naming the kinds): every other kind
+    would wait forever. The one-slot drain (threads == 1) ignores them."""
+    if threads <= 1:
+        return
+    for pool, capacity, setting in (
+        ("thread", threads, "JOBS_CONCURRENCY"),
+        ("async", async_tasks, "JOBS_ASYNC_CONCURRENCY"),
+    ):
+        kinds = {k: n for k, n in reserved_slots().items() if (k in _async) == (pool == "async")}
+        if sum(kinds.values()) >= capacity:
+            listed = ", ".join(f"{kind} {n}" for kind, n in kinds.items())
+            raise ImproperlyConfigured(
+                f"job kinds reserve {sum(kinds.values())} {pool} slots per process ({listed}) "
+                f"but {setting}={capacity}: leave at least one shared slot for the other kinds"
+            )
 
 
 def is_async(kind: str) -> bool:

@@ -29,12 +29,14 @@ from jobs.keeper import Keeper
 from jobs.ledger import ASYNC, THREAD, Done, Ledger
 from jobs.producer import due_now, due_within, send_step, wait_until
 from jobs.slots import Executor
-from processes.beacon import doing
+from processes.beacon import doing, using_slots
 from project.reconnect import Reconnect
 
 __all__ = ["RunSummary", "run_pending"]
 
 logger = logging.getLogger(__name__)
+
+FRUITLESS_POLL_MAX_SECONDS = 0.4  # the longest wait between claims that find nothing to fit
 
 
 def run_pending(
@@ -74,11 +76,21 @@ def run_pending(
     inside = connection.in_atomic_block
     inline = inside or config.concurrency == 1
     summary = RunSummary(worker=services.new_worker_id())
+    if not inline:
+        registry.check_reservations(
+            threads=config.concurrency, async_tasks=config.async_concurrency
+        )
     ledger = Ledger(
         threads=1 if inline else config.concurrency,
         async_tasks=1 if inline else config.async_concurrency,
+        reserved={} if inline else registry.reserved_slots(),
     )
-    executor = Executor(worker=summary.worker, threads=config.concurrency, inline=inline)
+    executor = Executor(
+        worker=summary.worker,
+        threads=config.concurrency,
+        inline=inline,
+        atomic_units=config.atomic_concurrency,
+    )
     drain = _Drain(
         summary, ledger, executor, limit=limit, max_seconds=max_seconds, stop=stop,
         wake_others=wake_others, linger=linger,
@@ -95,6 +107,7 @@ def run_pending(
             doing("")  # issue 20 hook: idle again in the process registry
             keeper.stop()  # no statement of its own from here on
             settle(ledger, summary)
+            drain.report_slots()  # none in use now
             executor.shutdown()
             summary.seconds = time.monotonic() - drain.started
     if stopping is not None:
@@ -132,6 +145,8 @@ class _Drain:
         self.reconnect = Reconnect("job drain")
         self.woke_others = False
         self.gather_until: float | None = None  # after a small claim, the next waits until then
+        self.fruitless = 0  # polls in a row that found jobs due and claimed none
+        self.poll_claim_at = 0.0  # the next poll's claim not before (monotonic)
 
     # --- the one-slot drain: each job on this thread, a batch at a time --------------------
 
@@ -177,36 +192,23 @@ class _Drain:
     def run_slots(self) -> BaseException | None:
         ledger, config = self.ledger, self.config
         queue_empty = False  # the last claim took less than it asked for
-        # The kind of slot a claimed job last waited for (all busy): the head of the queue
-        # needs it, so a claim for the other kind's free slots would take one such job and
-        # hold it. Until a claim reaches the queue's end, claims are for that kind alone:
-        # its free slots, when half of them (at most half a batch) are free.
-        blocked: str | None = None
+        # A claim takes only what the free slots can start (`Ledger.room`, migration 0023):
+        # a claimed job never waits for a slot, and jobs that fit none stay queued.
         while True:
             stopping = self.take_outcomes()
             if stopping is not None:
                 return stopping
             self.start_what_can_start()
-            waiting = ledger.waiting_pool()
-            if waiting is not None:
-                # The claim ended at that job (`end_with`), not at the queue's end.
-                blocked, queue_empty = waiting, False
             idle = not ledger.has_running() and not ledger.has_unstarted()
             with ledger.handing_back:
                 unstarted = ledger.has_unstarted()
-                if blocked is None:
-                    free = self.free_after_send()
-                    # Claim when half the thread slots (at most half a batch) are free, or
-                    # none runs: a few statements for many slots, not one per slot that ends.
-                    enough = free >= max(
-                        1, min(config.claim_batch_size, ledger.capacity[THREAD]) // 2
-                    )
-                else:
-                    free = ledger.free(blocked, after_send=True)
-                    enough = self.enough_free(blocked)
+                free = self.free_after_send()
+                # Claim when half the thread slots (at most half a batch) are free, or none
+                # runs: a few statements for many slots, not one per slot that ends.
+                enough = free >= max(1, min(config.claim_batch_size, ledger.capacity[THREAD]) // 2)
                 want = 0 if unstarted else self.claim_size(free)
                 if ledger.must_send():
-                    claim = 0 if queue_empty or (blocked and not enough) else want
+                    claim = 0 if queue_empty else want
                 elif want and (idle or (enough and not queue_empty)):
                     claim = want
                 else:
@@ -223,8 +225,6 @@ class _Drain:
                     return None
                 if claim:
                     queue_empty = len(step.claimed) < claim
-                    if queue_empty:
-                        blocked = None  # the next claim may be for any kind of slot
                     if idle and not step.claimed and not self.due_within_linger():
                         return None
                 continue
@@ -239,16 +239,28 @@ class _Drain:
                 and queue_empty
                 and want
                 and self.may_start()
-                and (blocked is None or self.enough_free(blocked))
+                and time.monotonic() >= self.poll_claim_at
             ):
                 queue_empty = not due_now()
                 if not queue_empty or ledger.done:
-                    self.send_now(want if not queue_empty else 0)
+                    step = self.send_now(want if not queue_empty else 0)
+                    if not queue_empty and step is not None:
+                        queue_empty = len(step.claimed) < want
+                        if not step.claimed:
+                            self.claimed_nothing_due()
 
-    def send_now(self, claim: int) -> None:
+    def claimed_nothing_due(self) -> None:
+        """Jobs are due but none fits a free slot (the busy slots' kinds, a reserved kind's
+        backlog): ask again less often, up to every FRUITLESS_POLL_MAX_SECONDS, until a slot
+        frees or a claim takes something (each poll was a statement every 50 ms)."""
+        self.fruitless += 1
+        wait = self.config.linger_poll_seconds * 2**self.fruitless
+        self.poll_claim_at = time.monotonic() + min(wait, FRUITLESS_POLL_MAX_SECONDS)
+
+    def send_now(self, claim: int) -> services.Step | None:
         with self.ledger.handing_back:
             done = self.ledger.take_done()
-        self.send(done, claim)
+        return self.send(done, claim)
 
     def start_what_can_start(self) -> None:
         if not self.may_start():
@@ -262,29 +274,21 @@ class _Drain:
             doing(f"job #{first.id} {first.kind}{more}")  # issue 20 hook: "current"
         else:
             doing("")
+        self.report_slots()
 
-    def enough_free(self, pool: str) -> bool:
-        """Whether half of `pool`'s slots (at most half a batch) are free once the
-        completions waiting are sent."""
-        capacity = self.ledger.capacity[pool]
-        free = self.ledger.free(pool, after_send=True)
-        return free >= max(1, min(self.config.claim_batch_size, capacity) // 2)
+    def report_slots(self) -> None:
+        """The beacon's slots figure (issue 37, point 10): total and in use per kind."""
+        ledger = self.ledger
+        using_slots(
+            threads=ledger.capacity[THREAD], async_tasks=ledger.capacity[ASYNC],
+            busy=ledger.in_use(),
+        )  # fmt: skip
 
     def free_after_send(self) -> int:
         """Slots free once the completions waiting are sent (the claim goes with them)."""
         ledger = self.ledger
         with ledger.lock:
             return sum(ledger.capacity.values()) - sum(ledger.busy.values()) + len(ledger.holding)
-
-    def end_with(self) -> list[str]:
-        """Kinds a claim must end with: those whose kind of slot is full (a claim would
-        only hold what follows them until the keeper gave it back)."""
-        full_threads = self.ledger.free(THREAD, after_send=True) <= 0
-        full_async = self.ledger.free(ASYNC, after_send=True) <= 0
-        if not (full_threads or full_async):
-            return []
-        kinds = registry.registered_kinds()
-        return [kind for kind in kinds if registry.is_async(kind) == full_async]
 
     # --- shared ---------------------------------------------------------------------------
 
@@ -294,6 +298,8 @@ class _Drain:
         """Record what the slots finished (waiting up to `timeout` for the first)."""
         outcomes = self.executor.collect(timeout=timeout)
         self.last_took_nothing = not outcomes
+        if outcomes:
+            self.fruitless, self.poll_claim_at = 0, 0.0  # a slot frees: claim as usual
         stopping = None
         for outcome in outcomes:
             stopping = record(
@@ -351,7 +357,9 @@ class _Drain:
             done=done, claim=claim, want_more=want_more,
             # With slots every claimed job starts at once: no kind is slow to wait behind.
             slow=self.executor.inline,
-            end_with=self.end_with() if claim and not self.executor.inline else (),
+            # With slots the claim takes only what the free slots can start (each kind's
+            # own reserved slots, then the shared ones: migration 0023).
+            room=None if self.executor.inline else self.ledger.room,
         )  # fmt: skip
         self.ledger.sent(done)
         if step is None:
@@ -362,6 +370,7 @@ class _Drain:
         # renews their lease and the reaper gives them back (issue 29, point 2).
         count_completions(done, step.completed, self.summary, self.ledger.unsure, resent=resent)
         if step.claimed:
+            self.fruitless, self.poll_claim_at = 0, 0.0
             self.ledger.add(step.claimed)
             self.summary.claimed += len(step.claimed)
             if len(step.claimed) * 2 < self.config.claim_batch_size:

@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
 from django.db.models import (
@@ -39,6 +39,9 @@ from jobs.exceptions import LeaseLost, PermanentJobError, Snooze
 from jobs.models import Job
 from project.backoff import retry_delay
 from project.pg_text import without_nul
+
+if TYPE_CHECKING:
+    from jobs.ledger import Room
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +99,7 @@ def job_runner_step(
     durable: bool = False,
     slow_kinds: Sequence[str] = (),
     floor: datetime | None = None,
+    room: Room | None = None,
 ) -> Step:
     """The runner's one statement (migration jobs/0010, `jobs_runner_step`): complete the
     jobs in `done` (id, seconds since its handler started), mark `mark` (id, seconds since
@@ -117,7 +121,10 @@ def job_runner_step(
     jobs/0014, `jobs_runner_step_v3`, and 0015's `jobs_runner_step_v4`, which returns the floor
     it saw as one float; the runner's floor is jobs/claim_floor.py). The due scan asks each
     lane (kind, priority) that may run for its rows, so a paused kind's backlog is never
-    read (issue 36, point 1; migration jobs/0016, `jobs_runner_step_v5`).
+    read (issue 36, point 1; migration jobs/0016, `jobs_runner_step_v5`). With `room` (the
+    drain's free slots, jobs.ledger.Room) it takes no more of a kind than the process's
+    slots can start: its own reserved slots, then the shared ones (issue 37, point 3;
+    migration jobs/0023, `jobs_runner_step_v6`); None: no such limit.
 
     Runs in the caller's transaction: in autocommit mode (the runner) it commits alone;
     inside a transaction the caller's commit decides. `want_more` asks whether another due
@@ -151,6 +158,11 @@ def job_runner_step(
                 want_more,
                 list(slow_kinds),
                 floor,
+                None if room is None else list(room.reserved),
+                None if room is None else [max(0, n) for n in room.reserved.values()],
+                None if room is None else room.async_kinds,
+                None if room is None else max(0, room.thread_free),
+                None if room is None else max(0, room.async_free),
                 # its own transaction: commit without the flush
                 connection.get_autocommit() and not durable,
             ],
@@ -264,8 +276,9 @@ RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run
 # server session; the statement is there, with why each part is as it is). Nothing is kept
 # in the client's session, so it works behind PgBouncer in transaction pooling.
 _RUNNER_STEP_SQL = (
-    "SELECT * FROM jobs_runner_step_v5(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
-    "%s, %s, %s, %s, %s::text[], %s::timestamptz, %s)"
+    "SELECT * FROM jobs_runner_step_v6(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
+    "%s, %s, %s, %s, %s::text[], %s::timestamptz, %s::text[], %s::integer[], %s::text[], "
+    "%s::integer, %s::integer, %s)"
 )
 
 

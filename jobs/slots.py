@@ -12,6 +12,15 @@ the completion that must commit with that handler's writes (`services.job_comple
 before issue 37). Every other outcome goes back to the runner as an `Outcome`, and the
 completer records it on the drain's connection.
 
+The connection budget (issue 37, docs/operations.md): an `atomic` handler's transaction holds
+a connection (behind PgBouncer, a server connection) from its first statement to its
+commit, and a handler may wait inside it for something that needs another connection (the
+canonical-id minter's lease did). So at most JOBS_ATOMIC_CONCURRENCY slots of a process are
+inside such a transaction at once: a slot takes a unit (`TransactionUnits`) just before its
+transaction's first statement, while it holds no server connection yet, and gives it back
+after the commit or rollback. A handler that writes nothing takes none; `atomic=False`
+and `async def` handlers take none (their completion is the drain's statement).
+
 `Executor.slots` maps each running job to its `Slot`: what the timeout and cancel work of
 issue 37 (points 6 and 8) will ask to stop (`Slot.request_stop`).
 """
@@ -23,6 +32,8 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -34,6 +45,7 @@ from jobs.exceptions import LeaseLost
 from project.reconnect import discard_broken_connection
 
 SLOT_IDLE_CLOSE_SECONDS = 1.0  # a slot thread with no job for this long closes its connection
+UNIT_WAIT_LOG_SECONDS = 10.0  # a slot waiting this long for a transaction unit says so
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +109,63 @@ def new_slot(job: services.ClaimedJob, started: float) -> Slot:
     return Slot(job=job, started=started, context=context, is_async=registry.is_async(job.kind))
 
 
-def run_sync(slot: Slot, *, worker: str) -> Outcome:
+class TransactionUnits:
+    """The process's JOBS_ATOMIC_CONCURRENCY units: one per slot inside an `atomic`
+    handler's transaction. `holding()` wraps such a transaction on the slot's connection and
+    takes a unit just before its first statement (`connection.execute_wrapper`)."""
+
+    def __init__(self, units: int) -> None:
+        self.units = units
+        self._free = threading.Semaphore(units)
+        self._lock = threading.Lock()
+        self.in_use = 0
+        self.peak = 0
+
+    def holding(self) -> _UnitHold:
+        return _UnitHold(self)
+
+    def take(self, kind: str) -> None:
+        if not self._free.acquire(timeout=UNIT_WAIT_LOG_SECONDS):
+            logger.warning(
+                "a %s job has waited %s s for a transaction unit (JOBS_ATOMIC_CONCURRENCY=%s: "
+                "that many atomic handlers of this process are inside their transaction)",
+                kind,
+                UNIT_WAIT_LOG_SECONDS,
+                self.units,
+                extra={"action": "job_waits_for_transaction_unit", "kind": kind},
+            )
+            self._free.acquire()
+        with self._lock:
+            self.in_use += 1
+            self.peak = max(self.peak, self.in_use)
+
+    def give_back(self) -> None:
+        with self._lock:
+            self.in_use -= 1
+        self._free.release()
+
+
+class _UnitHold:
+    """A slot's hold on a unit for one transaction: taken at its first statement."""
+
+    def __init__(self, units: TransactionUnits) -> None:
+        self.units = units
+        self.kind = ""
+        self.taken = False
+
+    def __call__(self, execute, sql, params, many, context):  # noqa: ANN001 - Django's wrapper
+        if not self.taken:
+            self.units.take(self.kind)
+            self.taken = True
+        return execute(sql, params, many, context)
+
+    def release(self) -> None:
+        if self.taken:
+            self.taken = False
+            self.units.give_back()
+
+
+def run_sync(slot: Slot, *, worker: str, units: TransactionUnits | None = None) -> Outcome:
     """Run `slot`'s handler on this thread: in its own transaction (with its completion
     when it wrote something) unless registered `atomic=False`. An `async def` handler here
     (the one-slot drain) runs to its end on an event loop of its own."""
@@ -114,13 +182,22 @@ def run_sync(slot: Slot, *, worker: str) -> Outcome:
             return Outcome(slot, "done")
         # The handler's own transaction: its writes and the completion commit together. If
         # it raises, atomic() rolls back here, before the completer records the failure.
-        with transaction.atomic():
-            fn(*args)
-            if _wrote_nothing():
-                return Outcome(slot, "done")  # nothing to commit with it: the next statement
-            services.job_complete(
-                job=job, worker=worker, started_ago=time.monotonic() - slot.started
-            )
+        # With slots it holds a unit of the connection budget from its first statement on.
+        hold = None if units is None else units.holding()
+        try:
+            with connection.execute_wrapper(hold) if hold else _nothing():
+                if hold is not None:
+                    hold.kind = job.kind
+                with transaction.atomic():
+                    fn(*args)
+                    if _wrote_nothing():
+                        return Outcome(slot, "done")  # nothing to commit: the next statement
+                    services.job_complete(
+                        job=job, worker=worker, started_ago=time.monotonic() - slot.started
+                    )
+        finally:
+            if hold is not None:
+                hold.release()  # committed or rolled back: the server connection is free
         return Outcome(slot, "completed")
     except LeaseLost:
         return Outcome(slot, "lost")
@@ -164,6 +241,11 @@ def _enqueued_at(job_id: int, close: bool = False) -> datetime | None:
             connection.close()
 
 
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield
+
+
 def _wrote_nothing() -> bool:
     """Whether the open transaction has sent no statement yet (psycopg begins it lazily, at
     the first one): then there is nothing of the handler's to commit with the completion."""
@@ -177,9 +259,13 @@ class Executor:
     Otherwise thread slots, started as needed up to `threads`, and an event loop thread
     started at the first `async def` job. Outcomes come back through `collect`."""
 
-    def __init__(self, *, worker: str, threads: int, inline: bool) -> None:
+    def __init__(
+        self, *, worker: str, threads: int, inline: bool, atomic_units: int | None = None
+    ) -> None:
         self.worker = worker
         self.inline = inline
+        # The connection budget: none for the one-slot drain (one job at a time anyway).
+        self.units = None if inline or atomic_units is None else TransactionUnits(atomic_units)
         self.slots: dict[int, Slot] = {}  # running, by job id (the drain thread's own)
         self._max_threads = threads
         self._threads: list[threading.Thread] = []
@@ -253,7 +339,7 @@ class Executor:
                     continue
                 if slot is None:
                     return
-                self._outcomes.put(run_sync(slot, worker=self.worker))
+                self._outcomes.put(run_sync(slot, worker=self.worker, units=self.units))
         finally:
             connection.close()
 

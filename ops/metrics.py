@@ -20,7 +20,7 @@ from jobs.models import Job
 from notifications.models import EmailNotification
 from ops.labels import bounded, fold, job_kinds
 from ops.rates import rate_metrics
-from ops.status import WorkerStatus, worker_status
+from ops.status import WorkerStatus, slots_by_kind, worker_status
 
 
 class WorkerStatusCollector(Collector):
@@ -66,6 +66,31 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
         running.add_metric([kind], cap["running"])
     yield caps
     yield running
+    # Issue 37, point 10: slots in use per kind over the live processes' last beats (kind
+    # from the bounded set), and the slots those processes have (labels: thread, async).
+    in_use = GaugeMetricFamily(
+        "worker_job_slots_in_use",
+        "Job slots in use now (running, or holding a completion until it is flushed), by "
+        "kind, summed over the live worker processes' last beats.",
+        labels=["kind"],
+    )
+    by_kind: dict[str, int] = {}
+    for kind, n in slots_by_kind(status.processes).items():
+        label = bounded(kind, known_kinds)
+        by_kind[label] = by_kind.get(label, 0) + n
+    for kind, n in sorted(by_kind.items()):
+        in_use.add_metric([kind], n)
+    yield in_use
+    slots = GaugeMetricFamily(
+        "worker_job_slots",
+        "Job slots of the live worker processes (JOBS_CONCURRENCY threads and "
+        "JOBS_ASYNC_CONCURRENCY event loop tasks each), by kind of slot.",
+        labels=["pool"],
+    )
+    figures = [p["slots"] for p in status.processes if p["state"] == "live" and p.get("slots")]
+    slots.add_metric(["thread"], sum(f["threads"] for f in figures))
+    slots.add_metric(["async"], sum(f["async"] for f in figures))
+    yield slots
     oldest = status.oldest_due_job
     yield _gauge(
         "worker_job_oldest_due_seconds",

@@ -174,9 +174,44 @@ def _processes() -> list[dict[str, Any]]:
             "started_at": row.started_at.isoformat(),
             "heartbeat_at": row.heartbeat_at.isoformat(),
             "current": row.current,
+            # A job worker's slots as of its last beat (issue 37, point 10), else None.
+            "slots": _slots(row.slots) if row.live else None,
         }
         for row in processes_listed()
     ]
+
+
+def _slots(slots: Any) -> dict[str, Any] | None:
+    """A beat's slots figure, with its total in use; None when the process reported none
+    (not a job worker, or a release before issue 37's point 10)."""
+    if not isinstance(slots, dict):
+        return None
+    busy = {str(k): int(n) for k, n in (slots.get("busy") or {}).items()}
+    figure = {
+        "threads": int(slots.get("threads") or 0),
+        "async": int(slots.get("async") or 0),
+        "busy": busy,
+        "in_use": sum(busy.values()),
+    }
+    figure["text"] = slots_line(figure)
+    return figure
+
+
+def slots_line(slots: dict[str, Any]) -> str:
+    """`3 of 10 + 500 in use (a.kind 2, b.kind 1)`: in use of thread + async slots."""
+    kinds = ", ".join(f"{kind} {n}" for kind, n in slots["busy"].items())
+    return f"{slots['in_use']} of {slots['threads']} + {slots['async']} in use" + (
+        f" ({kinds})" if kinds else ""
+    )
+
+
+def slots_by_kind(processes: list[dict[str, Any]]) -> dict[str, int]:
+    """Slots in use per kind over the live processes (their last beats)."""
+    total: dict[str, int] = {}
+    for process in processes:
+        for kind, n in ((process.get("slots") or {}).get("busy") or {}).items():
+            total[kind] = total.get(kind, 0) + n
+    return dict(sorted(total.items()))
 
 
 def database_info() -> dict[str, Any]:

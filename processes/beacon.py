@@ -3,8 +3,9 @@
 `beacon_running(role=…)` wraps a service loop (project.command_loop) and the qcluster's main
 process; django-q2's worker processes start one on `post_spawn` and mark it stopped as they exit
 (a multiprocessing finalizer); a killed one shows as gone after MISSED_BEATS intervals. The job
-runner and the mail poller call `doing("job #12 report.render")` / `doing("")`: a no-op in a
-process without a beacon (tests, `--once` commands, the web).
+runner and the mail poller call `doing("job #12 report.render")` / `doing("")`, the job runner
+`using_slots(...)` (its slots, in use per kind): a no-op in a process without a beacon
+(tests, `--once` commands, the web).
 
 The beat runs on its own thread, so a long job or a hung S3 call does not silence it: a
 process goes silent only when it is gone (killed, host lost) or stuck so badly that the
@@ -37,6 +38,7 @@ class Beacon:
         self.interval = interval or get_config().heartbeat_seconds
         self.process_id: int | None = None
         self.current = ""
+        self.slots: dict | None = None  # a job worker's slots (issue 37, point 10)
         self._changed = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -64,6 +66,11 @@ class Beacon:
     def doing(self, what: str) -> None:
         if what != self.current:
             self.current = what
+            self._changed.set()
+
+    def using_slots(self, slots: dict) -> None:
+        if slots != self.slots:
+            self.slots = slots
             self._changed.set()
 
     def stop(self) -> None:
@@ -106,14 +113,18 @@ class Beacon:
     def _beat(self) -> None:
         if self.process_id is None:
             self.process_id = services.process_register(role=self.role, interval=self.interval)
-        if not services.process_beat(process_id=self.process_id, current=self.current):
+        if not services.process_beat(
+            process_id=self.process_id, current=self.current, slots=self.slots
+        ):
             logger.warning(
                 "process row #%s vanished or was marked stopped; registering again",
                 self.process_id,
                 extra={"action": "process_reregistered", "process_id": self.process_id},
             )
             self.process_id = services.process_register(role=self.role, interval=self.interval)
-            services.process_beat(process_id=self.process_id, current=self.current)
+            services.process_beat(
+                process_id=self.process_id, current=self.current, slots=self.slots
+            )
 
     def _wait_for_beat(self) -> None:
         """Until the next beat is due, or (at most once per CURRENT_WRITE_MIN_SECONDS) the
@@ -131,6 +142,15 @@ def doing(what: str) -> None:
     beacon = _beacon
     if beacon is not None:
         beacon.doing(what)
+
+
+def using_slots(*, threads: int, async_tasks: int, busy: dict[str, int]) -> None:
+    """Say how many job slots this process has and how many each kind uses now (issue 37,
+    point 10); written with the next beat (at most once per CURRENT_WRITE_MIN_SECONDS while
+    it changes). A no-op without a beacon."""
+    beacon = _beacon
+    if beacon is not None:
+        beacon.using_slots({"threads": threads, "async": async_tasks, "busy": dict(busy)})
 
 
 @contextmanager

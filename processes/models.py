@@ -32,6 +32,10 @@ class WorkerProcess(models.Model):
     gone_after = models.DateTimeField()
     stopped_at = models.DateTimeField(null=True, blank=True)  # a clean stop; NULL otherwise
     current = models.CharField(max_length=300, blank=True, default="")
+    # A job worker's slots as of its last beat (issue 37, point 10): {"threads": N,
+    # "async": N, "busy": {kind: slots in use}}; NULL for a process that runs no jobs (and
+    # for rows of a release before it, which insert without it).
+    slots = models.JSONField(null=True, blank=True)
 
     class Meta:
         verbose_name_plural = "worker processes"  # Django's default: "worker processs"

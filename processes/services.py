@@ -10,6 +10,7 @@ database's `now()`.
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 import socket
@@ -94,15 +95,21 @@ def process_register(*, role: str, interval: float) -> int:
     return process_id
 
 
-def process_beat(*, process_id: int, current: str) -> bool:
-    """Renew the heartbeat and record what the process works on now; False when the row is
-    gone (deleted by hand) or marked stopped: the caller registers again."""
+def process_beat(*, process_id: int, current: str, slots: dict | None = None) -> bool:
+    """Renew the heartbeat and record what the process works on now (and a job worker's
+    slots: total and in use per kind); False when the row is gone (deleted by hand) or
+    marked stopped: the caller registers again."""
     with own_connection() as conn, conn.cursor() as cursor:
         cursor.execute(
             f"UPDATE {TABLE} SET heartbeat_at = now(), "
-            f"gone_after = now() + make_interval(secs => interval_seconds * %s), current = %s "
-            f"WHERE id = %s AND stopped_at IS NULL",
-            [MISSED_BEATS, current[:CURRENT_MAX], process_id],
+            f"gone_after = now() + make_interval(secs => interval_seconds * %s), current = %s, "
+            f"slots = %s::jsonb WHERE id = %s AND stopped_at IS NULL",
+            [
+                MISSED_BEATS,
+                current[:CURRENT_MAX],
+                None if slots is None else json.dumps(slots),
+                process_id,
+            ],
         )
         return cursor.rowcount == 1
 

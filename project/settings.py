@@ -305,11 +305,13 @@ JOBS_POLL_SECONDS = env_float("JOBS_POLL_SECONDS", 1.0, minimum=0.05)  # run_job
 # Issue 37, point 1: jobs one worker process runs at once. Ordinary handlers run in a pool of
 # this many threads (1: today's one-at-a-time drain on the calling thread); `async def`
 # handlers as tasks on one event loop of the process, up to JOBS_ASYNC_CONCURRENCY at once.
-# Default 1 until the slots have a connection budget (issue 37, point 4): with 10 slots per
-# process behind a PgBouncer pool of 10, atomic relay handlers each held a server connection
-# while the rest waited for one, and the scale-out rehearsal stalled (tests/system/
-# test_scale_out.py). Raise it where the pool allows Q_WORKERS x JOBS_CONCURRENCY + others.
-JOBS_CONCURRENCY = env_int("JOBS_CONCURRENCY", 1, minimum=1)  # thread slots per process
+JOBS_CONCURRENCY = env_int("JOBS_CONCURRENCY", 10, minimum=1)  # thread slots per process
+# The connection budget (issue 37, docs/operations.md "Connection budget"): at most this many
+# thread slots per process hold a transaction of the runner's (an `atomic` handler that has
+# sent a statement) at once; the others wait for a unit before their first statement,
+# holding no server connection. Behind PgBouncer the pool must exceed the deployment's
+# processes x this, so the drains, keepers and beacons never wait behind them.
+JOBS_ATOMIC_CONCURRENCY = env_int("JOBS_ATOMIC_CONCURRENCY", 1, minimum=1)
 JOBS_ASYNC_CONCURRENCY = env_int("JOBS_ASYNC_CONCURRENCY", 500, minimum=1)  # async tasks
 # --- inbound email ------------------------------------------------------------------------------
 # Where SES drops inbound mail: "s3://bucket/prefix" (AWS credentials, region and

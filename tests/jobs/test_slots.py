@@ -75,11 +75,10 @@ def test_blocking_handlers_run_at_once_in_one_process(tmp_path, settings):
     assert (result["summary"].completed, result["summary"].lost) == (8, 0)
 
 
-def test_five_hundred_async_handlers_await_at_once(settings):
+def test_five_hundred_async_handlers_await_at_once():
     """JOBS_ASYNC_CONCURRENCY (default 500): 500 handlers awaiting asyncio.sleep are all
-    awaiting at the same time on the process's event loop (the slots' path: JOBS_CONCURRENCY
-    above 1, whose default is 1 for now, project/settings.py)."""
-    settings.JOBS_CONCURRENCY = 10
+    awaiting at the same time on the process's event loop (the default JOBS_CONCURRENCY,
+    10: the slots' path)."""
     AsyncPeak.running = AsyncPeak.peak = 0
     for n in range(500):
         enqueue("tests.async_peak", {"n": n, "sleep": 4})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
+from jobs import registry
 from jobs.conf import get_config
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
 from jobs.runner import RunSummary, run_pending
@@ -23,6 +24,8 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=None, help="run at most N jobs")
 
     def handle(self, *args, burst: bool, limit: int | None, **options):
+        # Slots a kind keeps for itself must fit the slots (issue 37, point 3).
+        registry.check_reservations_at_start()
         # The handlers' caps per kind, as this release's code says (issue 37, point 2).
         self.stdout.write(kind_caps_line(kind_caps_sync()))
         if burst:

@@ -11,7 +11,7 @@ from django.db import connections
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 
-from jobs import floor_hints, linger_signal
+from jobs import floor_hints, linger_signal, registry
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
 from jobs.periodic_scheduler import periodic_scheduler_running
 from jobs.periodic_ticks import checked_schedules
@@ -38,6 +38,8 @@ class Command(DjangoQClusterCommand):
         )
         for schedule in disable_unknown_schedules():
             self.stdout.write(disabled_line(schedule))
+        # Slots a kind keeps for itself must fit the slots (issue 37, point 3).
+        registry.check_reservations_at_start()
         # The handlers' caps per kind, as this release's code says (issue 37, point 2).
         self.stdout.write(kind_caps_line(kind_caps_sync()))
         # The `jobs.periodic` schedules, each kind with a handler, or no start (issue 38).

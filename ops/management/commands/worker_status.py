@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from django.core.management.base import BaseCommand, CommandError
 
 from ops.durations import humanize_seconds
-from ops.status import describe_session, worker_status
+from ops.status import describe_session, slots_by_kind, slots_line, worker_status
 
 
 class Command(BaseCommand):
@@ -112,6 +112,12 @@ class Command(BaseCommand):
                 f"v{p['version']} since {_at(p['started_at'])}, last beat "
                 f"{_at(p['heartbeat_at'])}{doing}"
             )
+            if p.get("slots"):
+                out(f"          slots: {slots_line(p['slots'])}")
+        in_use = slots_by_kind(status.processes)
+        if in_use:
+            listed = ", ".join(f"{kind} {n}" for kind, n in in_use.items())
+            out(f"Slots in use:  {sum(in_use.values())} ({listed})")
         overdue = sum(1 for s in status.schedules if s["overdue"])
         out(f"Schedules:     {len(status.schedules)}, {overdue} overdue")
         for s in status.schedules:
