@@ -11,7 +11,7 @@ job per slot.
 Reserved slots (issue 37, point 3, `@handler(kind, reserved=N)`): each kind of slot's
 capacity is its kinds' reservations plus the shared rest. A job takes a slot of its own
 kind's while one is free, else a shared one; `room()` says what each kind may start, and
-the claim (migration 0023) takes no more than that, so a backfill never fills the slots a
+the claim (migration 0024) takes no more than that, so a backfill never fills the slots a
 reserved kind keeps.
 """
 

@@ -69,7 +69,7 @@ def handler(
     3): a backfill of another kind that fills every other slot does not keep it waiting.
     Its jobs use their own slots first, then the shared ones; the claim (in the database)
     takes no more of any kind than its own free slots and the shared free ones can start
-    (jobs/ledger.py, migration 0023). Reservations must leave a shared slot for the other
+    (jobs/ledger.py, migration 0024). Reservations must leave a shared slot for the other
     kinds (checked when a drain starts, `check_reservations`); with JOBS_CONCURRENCY=1 (the
     one-slot drain) they do not apply.
     An `async def` handler runs as a task on the worker process's event loop (issue 37);

@@ -192,7 +192,7 @@ class _Drain:
     def run_slots(self) -> BaseException | None:
         ledger, config = self.ledger, self.config
         queue_empty = False  # the last claim took less than it asked for
-        # A claim takes only what the free slots can start (`Ledger.room`, migration 0023):
+        # A claim takes only what the free slots can start (`Ledger.room`, migration 0024):
         # a claimed job never waits for a slot, and jobs that fit none stay queued.
         while True:
             stopping = self.take_outcomes()
@@ -358,7 +358,7 @@ class _Drain:
             # With slots every claimed job starts at once: no kind is slow to wait behind.
             slow=self.executor.inline,
             # With slots the claim takes only what the free slots can start (each kind's
-            # own reserved slots, then the shared ones: migration 0023).
+            # own reserved slots, then the shared ones: migration 0024).
             room=None if self.executor.inline else self.ledger.room,
         )  # fmt: skip
         self.ledger.sent(done)

@@ -124,7 +124,7 @@ def job_runner_step(
     read (issue 36, point 1; migration jobs/0016, `jobs_runner_step_v5`). With `room` (the
     drain's free slots, jobs.ledger.Room) it takes no more of a kind than the process's
     slots can start: its own reserved slots, then the shared ones (issue 37, point 3;
-    migration jobs/0023, `jobs_runner_step_v6`); None: no such limit.
+    migration jobs/0024, `jobs_runner_step_v6`); None: no such limit.
 
     Runs in the caller's transaction: in autocommit mode (the runner) it commits alone;
     inside a transaction the caller's commit decides. `want_more` asks whether another due

@@ -236,6 +236,6 @@ DROP FUNCTION IF EXISTS jobs_runner_step_v6(
 
 
 class Migration(migrations.Migration):
-    dependencies = [("jobs", "0022_claim_honours_kind_caps")]
+    dependencies = [("jobs", "0023_snooze_and_tick_pruning")]
 
     operations = [migrations.RunSQL(RUNNER_STEP_V6, RUNNER_STEP_V6_REVERSE)]
