@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand
 
 from jobs.conf import get_config
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
+from jobs.kind_rates import kind_rates_line, kind_rates_sync
 from jobs.runner import RunSummary, run_pending
 from project.command_loop import run_until_stopped, stopped_by_signals
 
@@ -25,6 +26,7 @@ class Command(BaseCommand):
     def handle(self, *args, burst: bool, limit: int | None, **options):
         # The handlers' caps per kind, as this release's code says (issue 37, point 2).
         self.stdout.write(kind_caps_line(kind_caps_sync()))
+        self.stdout.write(kind_rates_line(kind_rates_sync()))  # issue 38, point 3
         if burst:
             with stopped_by_signals(self.stdout) as stop:
                 self._report(run_pending(limit=limit, stop=stop), always=True)

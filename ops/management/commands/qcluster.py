@@ -13,6 +13,7 @@ from django_q.management.commands.qcluster import Command as DjangoQClusterComma
 
 from jobs import floor_hints, linger_signal
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
+from jobs.kind_rates import kind_rates_line, kind_rates_sync
 from jobs.periodic_scheduler import periodic_scheduler_running
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
@@ -39,6 +40,7 @@ class Command(DjangoQClusterCommand):
             self.stdout.write(disabled_line(schedule))
         # The handlers' caps per kind, as this release's code says (issue 37, point 2).
         self.stdout.write(kind_caps_line(kind_caps_sync()))
+        self.stdout.write(kind_rates_line(kind_rates_sync()))  # issue 38, point 3
         settings.SECRET_KEY  # noqa: B018 - as django-q2's command: refuse to start without it
         if options.get("cluster_name"):  # as django-q2's command: the broker's queue name
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
