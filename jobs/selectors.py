@@ -149,3 +149,19 @@ def job_due_or_task_waiting(*, now: datetime, floor: datetime | None = None) -> 
         cursor.execute(_LINGER_SQL, [now, floor])
         waiting, scanned_at, due_run_after = cursor.fetchone()
     return LingerPoll(scanned_at, due_run_after, bool(waiting))
+
+
+def job_next_due_within(seconds: float) -> float:
+    """Seconds until the first job that becomes due within `seconds` from now (a job queued
+    to run later, or a rate-limited kind's next token: `jobs_first_due_v1`, migration 0023),
+    or `seconds` when none does: how long an idle `run_jobs` process sleeps, so a limited
+    kind's next job starts when its token comes, not at the next poll (issue 38, point 3)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM jobs_first_due_v1(statement_timestamp() "
+            "+ interval '1 microsecond', statement_timestamp() + make_interval(secs => %s)) "
+            "- clock_timestamp())::float8",
+            [seconds],
+        )
+        (due_in,) = cursor.fetchone()
+    return seconds if due_in is None else min(seconds, max(0.0, due_in))
