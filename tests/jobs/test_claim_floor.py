@@ -134,7 +134,8 @@ def test_the_floor_is_an_index_cond_of_the_runners_scan_and_its_plan_is_made_onc
     # The lower bound is the floor, a parameter, or (issue 38) the lane's own, which is
     # the floor for every lane but a rate-limited kind's: a column of the lanes' row, never
     # a literal timestamp.
-    assert all(re.search(r"run_after >= (\$\d+|lanes(_\d+)?\.lower)", cond) for cond in conds), conds
+    lower = r"run_after >= (\$\d+|lanes(_\d+)?\.lower)"
+    assert all(re.search(lower, cond) for cond in conds), conds
     assert all(re.search(r"kind\)::text = ", cond) for cond in conds), conds
 
 

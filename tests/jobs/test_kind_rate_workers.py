@@ -24,7 +24,7 @@ import pytest
 from django.db import connection, connections
 from django.utils import timezone
 
-from jobs import enqueue, selectors
+from jobs import selectors
 from jobs.kind_rates import kind_rates_sync
 from jobs.models import Job, KindRate
 from jobs.selectors import job_due_or_task_waiting
@@ -107,9 +107,7 @@ def test_run_jobs_processes_keep_the_rate_and_start_each_job_when_its_token_come
     connections.close_all()
 
 
-def test_a_qcluster_keeps_the_rate_and_starts_each_job_when_its_token_comes(
-    worker_env, tmp_path
-):
+def test_a_qcluster_keeps_the_rate_and_starts_each_job_when_its_token_comes(worker_env, tmp_path):
     jobs = 11
     log = tmp_path / "qcluster.log"
     with _qcluster(_cluster_env(worker_env, Q_WORKERS="3"), log):

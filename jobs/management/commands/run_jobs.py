@@ -7,10 +7,10 @@ import threading
 from django.core.management.base import BaseCommand
 
 from jobs.conf import get_config
-from jobs.selectors import job_next_due_within
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
 from jobs.kind_rates import kind_rates_line, kind_rates_sync
 from jobs.runner import RunSummary, run_pending
+from jobs.selectors import job_next_due_within
 from project.command_loop import run_until_stopped, stopped_by_signals
 
 
