@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Subquery, Sum, When
@@ -59,6 +60,28 @@ def job_kind_caps() -> list[dict[str, int | str]]:
         return [
             {"kind": kind, "concurrency": cap, "running": running}
             for kind, cap, running in cursor.fetchall()
+        ]
+
+
+def job_kind_rates() -> list[dict[str, Any]]:
+    """Each rate-limited kind (issue 38, point 3): its rate, its bucket's next token time,
+    and the seconds until it (0: a token is there now; the database's clock), in kind
+    order; one statement over the bucket rows, nothing over the jobs."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT b.kind, b.rate, 1 / b.interval_seconds, b.next_slot_at, greatest(0, "
+            "extract(epoch FROM b.next_slot_at - clock_timestamp()))::float8 "
+            "FROM jobs_kindrate AS b ORDER BY b.kind"
+        )
+        return [
+            {
+                "kind": kind,
+                "rate": rate,
+                "per_second": per_second,
+                "next_token_at": None if at is None else at.isoformat(),
+                "next_token_in_seconds": in_seconds or 0.0,
+            }
+            for kind, rate, per_second, at, in_seconds in cursor.fetchall()
         ]
 
 

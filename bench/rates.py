@@ -1,0 +1,186 @@
+"""A rate per kind across processes (issue 38, point 3): `@handler(kind, rate="20/s")`.
+
+Usage (PostgreSQL; the database is created/migrated if needed and its jobs table emptied):
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/worker_bench .venv/bin/python \
+        bench/rates.py [--jobs 1000] [--processes 3] [--mode run_jobs|qcluster]
+
+`--processes` workers (`manage.py run_jobs` each, or qclusters of Q_WORKERS=2), started
+first (each writes the handlers' rates at start-up), then `--jobs` jobs of `bench.rated_20`
+(a no-op limited to 20/s) inserted in one transaction. Prints:
+
+- the most claims in any one-second window (each row's `heartbeat_at`, the database's clock
+  at its claim: the jobs take no time, so no lease renewal moves it) and the most handler
+  starts (`started_at`, as the runner recorded them) in any one second: target at most 21;
+- the time from the insert's commit to the last completion against the ideal (jobs / 20
+  seconds: 50 s for 1,000): target at most 1.1 times it; and each job ran once;
+- the claim's cost for an unlimited kind, same run: `jobs_runner_step_v5` claiming one
+  `bench.noop` at a time (complete, claim), with the jobs_kindrate table empty and then with
+  the limited kind's row in it (idle): the rate must cost unlimited kinds nothing;
+- the load average (the machine is shared) before and after.
+
+Asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.support import setup_django_like_production  # noqa: E402
+
+setup_django_like_production()
+
+import psycopg  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+from django_q.models import OrmQ  # noqa: E402
+
+from bench.support import dsn_from_settings, ensure_database, stop_qcluster  # noqa: E402
+from jobs.models import Job, KindRate  # noqa: E402
+
+KIND = "bench.rated_20"
+PER_SECOND = 20
+INSERT = """
+INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, run_after,
+                      created_at, locked_by, last_error)
+SELECT %s, '{}'::jsonb, 'queued', 0, 0, 3, now(), now(), '', '' FROM generate_series(1, %s)
+"""
+STEP = """
+SELECT id FROM jobs_runner_step_v5(%s, %s, %s, NULL, NULL, '{}', 1, 1000000, 60, false, '{}',
+    NULL, false)
+"""
+
+
+def start_worker(mode: str, n: int) -> subprocess.Popen:
+    env = dict(os.environ)
+    env.update(
+        Q_WORKERS="2",
+        JOBS_EXTRA_HANDLER_MODULES="bench.handlers",
+        PYTHONPATH=str(ROOT),
+        LOG_LEVEL="WARNING",
+    )
+    command = "qcluster" if mode == "qcluster" else "run_jobs"
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), command],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def peak_per_second(times: list) -> int:
+    """The most of `times` in any closed one-second window."""
+    times = sorted(t for t in times if t is not None)
+    window = timedelta(seconds=1)
+    peak, last = 0, 0
+    for first, start in enumerate(times):
+        while last < len(times) and times[last] <= start + window:
+            last += 1
+        peak = max(peak, last - first)
+    return peak
+
+
+def rated_round(jobs: int, processes: int, mode: str) -> dict:
+    Job.objects.all().delete()
+    OrmQ.objects.all().delete()
+    KindRate.objects.all().delete()
+    connection.close()  # the workers fork; nothing of ours should be open meanwhile
+    workers = [start_worker(mode, n) for n in range(processes)]
+    try:
+        with psycopg.connect(dsn_from_settings(), autocommit=True) as conn:
+            deadline = time.monotonic() + 60
+            ready = "SELECT 1 FROM jobs_kindrate WHERE kind = %s"
+            while not conn.execute(ready, [KIND]).fetchone():
+                if time.monotonic() > deadline or any(w.poll() is not None for w in workers):
+                    raise SystemExit("the workers did not start (is the database migrated?)")
+                time.sleep(0.1)
+            time.sleep(3)  # every worker past its start (the qclusters' schedules' first runs)
+            with conn.transaction():
+                conn.execute(INSERT, [KIND, jobs])
+            committed = conn.execute("SELECT now()").fetchone()[0]
+            deadline = time.monotonic() + 10 * jobs / PER_SECOND + 60
+            while conn.execute(
+                "SELECT count(*) FROM jobs_job WHERE status <> 'completed'"
+            ).fetchone()[0]:
+                if time.monotonic() > deadline:
+                    raise SystemExit("not done in time")
+                time.sleep(0.5)
+            rows = conn.execute(
+                "SELECT heartbeat_at, started_at, completed_at, attempts FROM jobs_job"
+            ).fetchall()
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                stop_qcluster(worker)
+    last = max(row[2] for row in rows)
+    return {
+        "claims": peak_per_second([row[0] for row in rows]),
+        "starts": peak_per_second([row[1] for row in rows]),
+        "seconds": (last - committed).total_seconds(),
+        "twice": sum(1 for row in rows if row[3] > 1),
+    }
+
+
+def claim_cost(steps: int, *, limited_row: bool) -> float:
+    """Microseconds per step of claiming one unlimited job (and completing the previous)."""
+    Job.objects.all().delete()
+    KindRate.objects.all().delete()
+    if limited_row:
+        KindRate.objects.create(kind=KIND, rate="20/s", interval_seconds=0.05)
+    with psycopg.connect(dsn_from_settings(), autocommit=True) as conn:
+        conn.execute(INSERT, ["bench.noop", steps])
+        conn.execute("ANALYZE jobs_job")
+        done: list[int] = []
+        for _ in range(20):  # the plans made, the caches warm
+            done = [r[0] for r in conn.execute(STEP, ["w", done, [0.0] * len(done)]) if r[0]]
+        started = time.perf_counter()
+        for _ in range(steps - 40):
+            done = [r[0] for r in conn.execute(STEP, ["w", done, [0.0] * len(done)]) if r[0]]
+        return (time.perf_counter() - started) / (steps - 40) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--processes", type=int, default=3)
+    parser.add_argument("--mode", choices=["run_jobs", "qcluster"], default="run_jobs")
+    parser.add_argument("--claim-steps", type=int, default=600)
+    parser.add_argument("--claim-rounds", type=int, default=6)
+    args = parser.parse_args()
+    ensure_database()
+    call_command("migrate", verbosity=0)
+    print(f"load average before: {os.getloadavg()}")
+    costs = {}
+    for _ in range(args.claim_rounds):  # interleaved: the machine's load drifts
+        for limited_row in (False, True):
+            key = "with the limited kind's row" if limited_row else "no limited kind"
+            costs.setdefault(key, []).append(claim_cost(args.claim_steps, limited_row=limited_row))
+    for key, values in costs.items():
+        rounds = ", ".join(f"{v:.0f}" for v in values)
+        print(f"unlimited claim step, {key}: best {min(values):.0f} µs, median "
+              f"{statistics.median(values):.0f} µs (rounds: {rounds})")  # fmt: skip
+    ideal = args.jobs / PER_SECOND
+    result = rated_round(args.jobs, args.processes, args.mode)
+    print(
+        f"{args.jobs} jobs of a kind at {PER_SECOND}/s on {args.processes} {args.mode} "
+        f"processes: at most {result['claims']} claims and {result['starts']} handler starts "
+        f"in any one second (target <= {PER_SECOND + 1}); {result['seconds']:.1f} s against "
+        f"the ideal {ideal:.0f} s = {result['seconds'] / ideal:.3f}x (target <= 1.1x); "
+        f"{result['twice']} ran more than once"
+    )
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
