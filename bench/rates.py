@@ -15,8 +15,10 @@ first (each writes the handlers' rates at start-up), then `--jobs` jobs of `benc
 - the time from the insert's commit to the last completion against the ideal (jobs / 20
   seconds: 50 s for 1,000): target at most 1.1 times it; and each job ran once;
 - the claim's cost for an unlimited kind, same run: `jobs_runner_step_v5` claiming one
-  `bench.noop` at a time (complete, claim), with the jobs_kindrate table empty and then with
-  the limited kind's row in it (idle): the rate must cost unlimited kinds nothing;
+  `bench.noop` at a time (complete, claim; committed without the WAL flush, so the figure is
+  the statement's work, not the disk's), with the jobs_kindrate table empty and then with
+  the limited kind's row in it (idle), interleaved rounds: the rate must cost unlimited kinds
+  nothing;
 - the load average (the machine is shared) before and after.
 
 Asserts nothing about time.
@@ -57,7 +59,7 @@ SELECT %s, '{}'::jsonb, 'queued', 0, 0, 3, now(), now(), '', '' FROM generate_se
 """
 STEP = """
 SELECT id FROM jobs_runner_step_v5(%s, %s, %s, NULL, NULL, '{}', 1, 1000000, 60, false, '{}',
-    NULL, false)
+    NULL, true)
 """
 
 
@@ -157,12 +159,14 @@ def main() -> None:
     parser.add_argument("--mode", choices=["run_jobs", "qcluster"], default="run_jobs")
     parser.add_argument("--claim-steps", type=int, default=600)
     parser.add_argument("--claim-rounds", type=int, default=6)
+    parser.add_argument("--only", choices=["claims", "rate"], default=None)
     args = parser.parse_args()
     ensure_database()
     call_command("migrate", verbosity=0)
     print(f"load average before: {os.getloadavg()}")
     costs = {}
-    for _ in range(args.claim_rounds):  # interleaved: the machine's load drifts
+    # Interleaved rounds: the machine's load drifts.
+    for _ in range(0 if args.only == "rate" else args.claim_rounds):
         for limited_row in (False, True):
             key = "with the limited kind's row" if limited_row else "no limited kind"
             costs.setdefault(key, []).append(claim_cost(args.claim_steps, limited_row=limited_row))
@@ -170,6 +174,9 @@ def main() -> None:
         rounds = ", ".join(f"{v:.0f}" for v in values)
         print(f"unlimited claim step, {key}: best {min(values):.0f} µs, median "
               f"{statistics.median(values):.0f} µs (rounds: {rounds})")  # fmt: skip
+    if args.only == "claims":
+        print(f"load average after: {os.getloadavg()}")
+        return
     ideal = args.jobs / PER_SECOND
     result = rated_round(args.jobs, args.processes, args.mode)
     print(

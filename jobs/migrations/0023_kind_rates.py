@@ -90,16 +90,6 @@ BEGIN
               LIMIT 1
           ) AS due
           WHERE l.kind = c.kind);
-    IF cardinality(v_kinds) = 0 AND NOT EXISTS (SELECT 1 FROM jobs_kindrate) THEN
-        RETURN;
-    END IF;
-    IF current_setting('transaction_isolation') <> 'read committed' THEN
-        RAISE EXCEPTION 'a claim of a capped or rate-limited job kind runs in READ COMMITTED, not %',
-            current_setting('transaction_isolation')
-            USING HINT = 'it counts the units in use after taking the kind''s lock, and takes '
-                'a token from the bucket row as it is now; a transaction snapshot would not '
-                'see the last claim';
-    END IF;
     -- Issue 38: the rate-limited kinds whose token is there now, not paused, not at a cap
     -- (a capped one only among those locked below), with a due row in one of their lanes
     -- (from the run_after of the last job the bucket gave a token to, when the floor rose
@@ -126,6 +116,16 @@ BEGIN
                   WHERE l.kind = b.kind)
             FOR UPDATE OF b SKIP LOCKED
         ) AS t;
+    END IF;
+    IF cardinality(v_kinds) = 0 AND cardinality(v_rated) = 0 THEN
+        RETURN;
+    END IF;
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'a claim of a capped or rate-limited job kind runs in READ COMMITTED, not %',
+            current_setting('transaction_isolation')
+            USING HINT = 'it counts the units in use after taking the kind''s lock, and takes '
+                'a token from the bucket row as it is now; a transaction snapshot would not '
+                'see the last claim';
     END IF;
     -- In one order: two claimers that want the same kinds never wait on each other in a
     -- cycle (a hash shared by two kinds is one lock, taken at its first place).
