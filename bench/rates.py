@@ -14,7 +14,8 @@ first (each writes the handlers' rates at start-up), then `--jobs` jobs of `benc
   starts (`started_at`, as the runner recorded them) in any one second: target at most 21;
 - the time from the insert's commit to the last completion against the ideal (jobs / 20
   seconds: 50 s for 1,000): target at most 1.1 times it; and each job ran once;
-- the claim's cost for an unlimited kind, same run: `jobs_runner_step_v5` claiming one
+- the claim's cost for an unlimited kind, same run: jobs 0022's claim (installed beside it
+  under another name) and this release's `jobs_runner_step_v5`, claiming one
   `bench.noop` at a time (complete, claim; committed without the WAL flush, so the figure is
   the statement's work, not the disk's), with the jobs_kindrate table empty and then with
   the limited kind's row in it (idle), interleaved rounds: the rate must cost unlimited kinds
@@ -58,9 +59,25 @@ INSERT INTO jobs_job (kind, payload, status, priority, attempts, max_attempts, r
 SELECT %s, '{}'::jsonb, 'queued', 0, 0, 3, now(), now(), '', '' FROM generate_series(1, %s)
 """
 STEP = """
-SELECT id FROM jobs_runner_step_v5(%s, %s, %s, NULL, NULL, '{}', 1, 1000000, 60, false, '{}',
+SELECT id FROM {function}(%s, %s, %s, NULL, NULL, '{{}}', 1, 1000000, 60, false, '{{}}',
     NULL, true)
 """
+BASELINE = "bench_runner_step_0022"  # the claim as jobs 0022 shipped it, before the rates
+
+
+def install_baseline() -> None:
+    """The claim of jobs 0022 (caps, no rates) beside this release's, under other names:
+    the same run measures both."""
+    import importlib
+
+    shipped = importlib.import_module("jobs.migrations.0022_claim_honours_kind_caps")
+    with connection.cursor() as cursor:
+        for sql in (shipped.KIND_FREE, shipped.RUNNER_STEP_V5_WITH_CAPS):
+            cursor.execute(
+                sql.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION")
+                .replace("jobs_kind_free_v1", "bench_kind_free_0022")
+                .replace("jobs_runner_step_v5", BASELINE)
+            )
 
 
 def start_worker(mode: str, n: int) -> subprocess.Popen:
@@ -134,8 +151,9 @@ def rated_round(jobs: int, processes: int, mode: str) -> dict:
     }
 
 
-def claim_cost(steps: int, *, limited_row: bool) -> float:
+def claim_cost(steps: int, *, limited_row: bool, function: str = "jobs_runner_step_v5") -> float:
     """Microseconds per step of claiming one unlimited job (and completing the previous)."""
+    step = STEP.format(function=function)
     Job.objects.all().delete()
     KindRate.objects.all().delete()
     if limited_row:
@@ -145,10 +163,10 @@ def claim_cost(steps: int, *, limited_row: bool) -> float:
         conn.execute("ANALYZE jobs_job")
         done: list[int] = []
         for _ in range(20):  # the plans made, the caches warm
-            done = [r[0] for r in conn.execute(STEP, ["w", done, [0.0] * len(done)]) if r[0]]
+            done = [r[0] for r in conn.execute(step, ["w", done, [0.0] * len(done)]) if r[0]]
         started = time.perf_counter()
         for _ in range(steps - 40):
-            done = [r[0] for r in conn.execute(STEP, ["w", done, [0.0] * len(done)]) if r[0]]
+            done = [r[0] for r in conn.execute(step, ["w", done, [0.0] * len(done)]) if r[0]]
         return (time.perf_counter() - started) / (steps - 40) * 1e6
 
 
@@ -157,19 +175,26 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--processes", type=int, default=3)
     parser.add_argument("--mode", choices=["run_jobs", "qcluster"], default="run_jobs")
-    parser.add_argument("--claim-steps", type=int, default=600)
-    parser.add_argument("--claim-rounds", type=int, default=6)
+    parser.add_argument("--claim-steps", type=int, default=400)
+    parser.add_argument("--claim-rounds", type=int, default=8)
     parser.add_argument("--only", choices=["claims", "rate"], default=None)
     args = parser.parse_args()
     ensure_database()
     call_command("migrate", verbosity=0)
     print(f"load average before: {os.getloadavg()}")
-    costs = {}
+    costs: dict[str, list[float]] = {}
+    install_baseline()
+    configs = {
+        "jobs 0022's claim (before rates), no limited kind": (BASELINE, False),
+        "this release's claim, no limited kind": ("jobs_runner_step_v5", False),
+        "this release's claim, the limited kind's row idle": ("jobs_runner_step_v5", True),
+    }
     # Interleaved rounds: the machine's load drifts.
     for _ in range(0 if args.only == "rate" else args.claim_rounds):
-        for limited_row in (False, True):
-            key = "with the limited kind's row" if limited_row else "no limited kind"
-            costs.setdefault(key, []).append(claim_cost(args.claim_steps, limited_row=limited_row))
+        for key, (function, limited_row) in configs.items():
+            costs.setdefault(key, []).append(
+                claim_cost(args.claim_steps, limited_row=limited_row, function=function)
+            )
     for key, values in costs.items():
         rounds = ", ".join(f"{v:.0f}" for v in values)
         print(f"unlimited claim step, {key}: best {min(values):.0f} µs, median "
