@@ -28,7 +28,8 @@ rows", docs/architecture.md); nothing is written for a job of an unlimited kind.
 - `jobs_first_due_v1` is replaced in place: a limited kind's lane is due at the later of
   its first job's `run_after` and its next token: not due now while it waits, so a drain
   does not claim in a loop what it cannot take, and the listener's look-ahead arms a timer
-  at the next token's time.
+  at the next token's time. Its lanes are read from the last token's job, as the claim
+  reads them: a job whose token came before the caller's floor is due (at the floor).
 
 Expand/contract (I23): the previous release calls `jobs_runner_step_v5`, `jobs_kind_free_v1`
 and `jobs_first_due_v1` too, so its claims honour the rates from this migration on (once a
@@ -354,7 +355,10 @@ SET jit = off  -- the disabled sorts' price must not make it compile every call
 AS $$
 BEGIN
     RETURN (
-        SELECT min(first.due)
+        -- A limited kind's job whose due time (its token, or its run_after) lies below
+        -- p_from is due at p_from for a check of what is due now (p_from at or below the
+        -- clock: a floor), as the claim would take it; never for a look ahead.
+        SELECT min(greatest(first.due, p_from))
         FROM (
             SELECT DISTINCT l.kind, l.priority, b.next_slot_at AS token_at,
                 -- issue 38: a limited kind's lane from the last token's job, as the claim
@@ -379,7 +383,7 @@ BEGIN
             ORDER BY j.run_after, j.id
             LIMIT 1
         ) AS first
-        WHERE first.due >= p_from
+        WHERE first.due >= p_from OR p_from <= statement_timestamp()
     );
 END $$;
 """

@@ -17,6 +17,7 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, connection
+from django.utils import timezone
 
 from jobs import handler
 from jobs.kind_rates import Rate, kind_rates_line, kind_rates_sync, parse_rate
@@ -223,3 +224,22 @@ def test_a_token_taken_says_when_the_next_comes_and_the_look_ahead_finds_it():
 def test_the_bucket_refuses_a_rate_that_is_not_positive():
     with pytest.raises(IntegrityError, match="jobs_kindrate_interval_positive"):
         KindRate.objects.create(kind="tests.k", rate="0/s", interval_seconds=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_token_there_since_before_the_floor_is_still_due_for_the_due_checks():
+    """The kind's token came long ago and nobody took it (every slot was busy): its job and
+    its token lie below the floor a due check starts at, and it is due all the same, as the
+    claim (which scans the kind's lanes from its last token's job) would take it."""
+    kind_rates_sync()
+    _queue(HOURLY, 1, ago="1 hour")
+    KindRate.objects.filter(kind=HOURLY).update(
+        next_slot_at=timezone.now() - timedelta(minutes=10)
+    )
+    floor = timezone.now() - timedelta(minutes=1)
+    with connection.cursor() as cursor:
+        cursor.execute(_due_now_sql(floor))
+        assert cursor.fetchone()[1] is not None
+        cursor.execute(_LOOK_AHEAD_SQL)
+        assert cursor.fetchone()[1] is None  # due now is not ahead: no timer
+    assert len(job_runner_step(worker="w", claim=5, floor=floor).claimed) == 1
