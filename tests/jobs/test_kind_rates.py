@@ -233,9 +233,7 @@ def test_a_token_there_since_before_the_floor_is_still_due_for_the_due_checks():
     claim (which scans the kind's lanes from its last token's job) would take it."""
     kind_rates_sync()
     _queue(HOURLY, 1, ago="1 hour")
-    KindRate.objects.filter(kind=HOURLY).update(
-        next_slot_at=timezone.now() - timedelta(minutes=10)
-    )
+    KindRate.objects.filter(kind=HOURLY).update(next_slot_at=timezone.now() - timedelta(minutes=10))
     floor = timezone.now() - timedelta(minutes=1)
     with connection.cursor() as cursor:
         cursor.execute(_due_now_sql(floor))
