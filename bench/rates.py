@@ -143,7 +143,10 @@ def rated_round(jobs: int, processes: int, mode: str) -> dict:
             if worker.poll() is None:
                 stop_qcluster(worker)
     last = max(row[2] for row in rows)
+    claims = sorted(row[0] for row in rows)
+    gaps = sorted((b - a).total_seconds() * 1000 for a, b in zip(claims, claims[1:], strict=False))
     return {
+        "gaps": {q: gaps[int(q / 100 * (len(gaps) - 1))] for q in (50, 90, 99, 100)},
         "claims": peak_per_second([row[0] for row in rows]),
         "starts": peak_per_second([row[1] for row in rows]),
         "seconds": (last - committed).total_seconds(),
@@ -151,8 +154,23 @@ def rated_round(jobs: int, processes: int, mode: str) -> dict:
     }
 
 
-def claim_cost(steps: int, *, limited_row: bool, function: str = "jobs_runner_step_v5") -> float:
-    """Microseconds per step of claiming one unlimited job (and completing the previous)."""
+def _function_ms(conn: psycopg.Connection, function: str) -> float:
+    """The server's total time in `function` (track_functions), this session's included."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.execute("SELECT 1")  # idle in between: the pending counts are flushed
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT total_time FROM pg_stat_user_functions WHERE funcname = %s", [function]
+    ).fetchone()
+    return row[0] if row else 0.0
+
+
+def claim_cost(
+    steps: int, *, limited_row: bool, function: str = "jobs_runner_step_v5"
+) -> tuple[float, float]:
+    """Microseconds per step of claiming one unlimited job (and completing the previous):
+    the client's round trip, and the server's time inside the function (track_functions:
+    what the statement costs PostgreSQL, without the client's scheduling)."""
     step = STEP.format(function=function)
     Job.objects.all().delete()
     KindRate.objects.all().delete()
@@ -164,10 +182,13 @@ def claim_cost(steps: int, *, limited_row: bool, function: str = "jobs_runner_st
         done: list[int] = []
         for _ in range(20):  # the plans made, the caches warm
             done = [r[0] for r in conn.execute(step, ["w", done, [0.0] * len(done)]) if r[0]]
+        conn.execute("SET track_functions = 'pl'")
+        server = _function_ms(conn, function)
         started = time.perf_counter()
         for _ in range(steps - 40):
             done = [r[0] for r in conn.execute(step, ["w", done, [0.0] * len(done)]) if r[0]]
-        return (time.perf_counter() - started) / (steps - 40) * 1e6
+        client = (time.perf_counter() - started) / (steps - 40) * 1e6
+        return client, (_function_ms(conn, function) - server) / (steps - 40) * 1e3
 
 
 def main() -> None:
@@ -182,7 +203,7 @@ def main() -> None:
     ensure_database()
     call_command("migrate", verbosity=0)
     print(f"load average before: {os.getloadavg()}")
-    costs: dict[str, list[float]] = {}
+    costs: dict[str, list[tuple[float, float]]] = {}
     install_baseline()
     configs = {
         "jobs 0022's claim (before rates), no limited kind": (BASELINE, False),
@@ -196,9 +217,13 @@ def main() -> None:
                 claim_cost(args.claim_steps, limited_row=limited_row, function=function)
             )
     for key, values in costs.items():
-        rounds = ", ".join(f"{v:.0f}" for v in values)
-        print(f"unlimited claim step, {key}: best {min(values):.0f} µs, median "
-              f"{statistics.median(values):.0f} µs (rounds: {rounds})")  # fmt: skip
+        client = [v[0] for v in values]
+        server = [v[1] for v in values]
+        print(
+            f"unlimited claim step, {key}: round trip median {statistics.median(client):.0f} "
+            f"µs (best {min(client):.0f}); in the server median {statistics.median(server):.0f} "
+            f"µs (best {min(server):.0f}; rounds: {', '.join(f'{v:.0f}' for v in server)})"
+        )
     if args.only == "claims":
         print(f"load average after: {os.getloadavg()}")
         return
@@ -211,6 +236,8 @@ def main() -> None:
         f"the ideal {ideal:.0f} s = {result['seconds'] / ideal:.3f}x (target <= 1.1x); "
         f"{result['twice']} ran more than once"
     )
+    gaps = ", ".join(f"p{q} {ms:.0f}" for q, ms in result["gaps"].items())
+    print(f"ms between one claim and the next (ideal {1000 / PER_SECOND:.0f}): {gaps}")
     print(f"load average after: {os.getloadavg()}")
 
 
