@@ -38,3 +38,8 @@ async def async_sleep_1s(payload: dict) -> None:
     import asyncio
 
     await asyncio.sleep(1)
+
+
+@handler("bench.rated_20", rate="20/s")
+def rated_20(payload: dict) -> None:
+    """A no-op limited to 20 starts a second for the whole deployment (bench/rates.py)."""

@@ -29,7 +29,7 @@ from jobs.error_groups import (
     error_group_url,
     jobs_in_error_group,
 )
-from jobs.models import Job, JobAttempt, KindCap, PausedKind
+from jobs.models import Job, JobAttempt, KindCap, KindRate, PausedKind
 from jobs.selectors import job_counts_by_kind, job_status_counts, jobs_due, jobs_stuck
 from project.admin import CappedCountPaginator, ReadOnlyAdmin, SelectorFilter
 
@@ -344,4 +344,19 @@ class KindCapAdmin(ReadOnlyAdmin):
     @admin.display(description="queued")
     def queued(self, obj: KindCap) -> int:
         # the trigger-kept counts (a few rows a capped kind): no count over its backlog
+        return job_counts_by_kind().get(obj.kind, {}).get(Job.Status.QUEUED, 0)
+
+
+@admin.register(KindRate)
+class KindRateAdmin(ReadOnlyAdmin):
+    """The rates per kind for the whole deployment (issue 38, point 3), as the workers wrote
+    them from `@handler(kind, rate="20/s")` at start-up: read-only, since code is the source.
+    Each row is also the kind's token bucket: its next token's time, and the jobs waiting."""
+
+    list_display = ("kind", "rate", "next_slot_at", "queued", "updated_at")
+    fields = ("kind", "rate", "interval_seconds", "next_slot_at", "floor_at", "updated_at")
+
+    @admin.display(description="queued")
+    def queued(self, obj: KindRate) -> int:
+        # the trigger-kept counts: no count over its backlog
         return job_counts_by_kind().get(obj.kind, {}).get(Job.Status.QUEUED, 0)

@@ -336,6 +336,41 @@ class KindCap(models.Model):
         return f"{self.kind}: at most {self.concurrency} at once"
 
 
+class KindRate(models.Model):
+    """The most jobs of a kind started per second, minute or hour, across every process and
+    host (issue 38, point 3): `@handler(kind, rate="20/s")`. Code is the source: each worker
+    writes its registry's rates here at start-up (jobs/kind_rates.py). The row is also the
+    kind's token bucket, the send-rate bucket's design (notifications/pacing.py): the claim
+    that takes a job of the kind moves `next_slot_at` one interval on (migration 0025), so
+    the row is written at most at its rate, and never for a job of an unlimited kind.
+    """
+
+    kind = models.CharField(max_length=100, primary_key=True)
+    rate = models.CharField(max_length=30, help_text='As the handler says it: "20/s", "3/h".')
+    interval_seconds = models.FloatField(help_text="Seconds between two tokens.")
+    next_slot_at = models.DateTimeField(
+        null=True, blank=True, help_text="The token bucket: no job of the kind starts before."
+    )
+    floor_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="The run_after of the last job the bucket gave a token to: what waits lies "
+        "at or after it, so the claim scans the kind's lanes from there.",
+    )
+    updated_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        ordering = ["kind"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(interval_seconds__gt=0), name="jobs_kindrate_interval_positive"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind}: at most {self.rate}"
+
+
 class JobCount(models.Model):
     """How many job rows have each (kind, status), as of the last rollup: the admin,
     worker_status and the health page read counts without scanning a million rows (issue

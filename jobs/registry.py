@@ -21,6 +21,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from jobs.conf import get_config
 from jobs.exceptions import UnknownJobKind
+from jobs.kind_rates import Rate, parse_rate
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ _handlers: dict[str, HandlerFn] = {}
 _outside_transaction: set[str] = set()  # kinds whose handler manages its own transactions
 _idempotent: set[str] = set()  # kinds whose handler may run twice with no harm (issue 29)
 _caps: dict[str, int] = {}  # kind -> most jobs of it processing at once, deployment-wide
+_rates: dict[str, Rate] = {}  # kind -> most jobs of it started per second/minute/hour, ditto
 _reserved: dict[str, int] = {}  # kind -> slots per process only it may use (issue 37.3)
 _async: set[str] = set()  # kinds whose handler is an `async def` (the event loop runs them)
 _with_context: set[str] = set()  # kinds whose handler takes the job context as well
@@ -43,6 +45,7 @@ def handler(
     atomic: bool = True,
     idempotent: bool = False,
     concurrency: int | None = None,
+    rate: str | None = None,
     reserved: int = 0,
 ) -> Callable[[HandlerFn], HandlerFn]:
     """Register the decorated `fn(payload: dict)` as the handler of `kind` jobs.
@@ -65,6 +68,12 @@ def handler(
     Slack channel). The database enforces it in the claim; the workers write the caps of
     their registry to `jobs_kindcap` at start-up (jobs/kind_caps.py). A job held back by
     its cap stays queued and spends no attempt.
+
+    `rate="20/s"` (or per minute, "90/m", or per hour, "3/h") starts at most that many jobs
+    of this kind per second across every process and host (issue 38, point 3: a provider's
+    rate limit). The claim takes a token of the kind's bucket row for each job it takes
+    (jobs/kind_rates.py, the send-rate bucket's SQL); a job held back by its rate stays
+    queued, spends no attempt and holds no slot.
     `reserved=N` keeps N slots of each worker process for this kind alone (issue 37, point
     3): a backfill of another kind that fills every other slot does not keep it waiting.
     Its jobs use their own slots first, then the shared ones; the claim (in the database)
@@ -91,6 +100,10 @@ def handler(
             f"job kind {kind!r}: concurrency={concurrency!r} must be a whole number >= 1 "
             "(the most jobs of the kind running at once), or left out for no cap"
         )
+    try:
+        parsed_rate = None if rate is None else parse_rate(rate, kind=kind)
+    except ValueError as exc:
+        raise ImproperlyConfigured(str(exc)) from None
 
     if isinstance(reserved, bool) or not isinstance(reserved, int) or reserved < 0:
         raise ImproperlyConfigured(
@@ -118,6 +131,10 @@ def handler(
             _caps.pop(kind, None)
         else:
             _caps[kind] = concurrency
+        if parsed_rate is None:
+            _rates.pop(kind, None)
+        else:
+            _rates[kind] = parsed_rate
         if reserved:
             _reserved[kind] = reserved
         else:
@@ -155,6 +172,12 @@ def kind_caps() -> dict[str, int]:
     """Every registered kind that has a cap (`concurrency=`), with its cap."""
     discover()
     return dict(sorted(_caps.items()))
+
+
+def kind_rates() -> dict[str, Rate]:
+    """Every registered kind that has a rate (`rate=`), with its rate."""
+    discover()
+    return dict(sorted(_rates.items()))
 
 
 def reserved_slots() -> dict[str, int]:

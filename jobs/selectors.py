@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection
 from django.db.models import Case, Count, F, Q, QuerySet, Subquery, Sum, When
@@ -59,6 +60,28 @@ def job_kind_caps() -> list[dict[str, int | str]]:
         return [
             {"kind": kind, "concurrency": cap, "running": running}
             for kind, cap, running in cursor.fetchall()
+        ]
+
+
+def job_kind_rates() -> list[dict[str, Any]]:
+    """Each rate-limited kind (issue 38, point 3): its rate, its bucket's next token time,
+    and the seconds until it (0: a token is there now; the database's clock), in kind
+    order; one statement over the bucket rows, nothing over the jobs."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT b.kind, b.rate, 1 / b.interval_seconds, b.next_slot_at, greatest(0, "
+            "extract(epoch FROM b.next_slot_at - clock_timestamp()))::float8 "
+            "FROM jobs_kindrate AS b ORDER BY b.kind"
+        )
+        return [
+            {
+                "kind": kind,
+                "rate": rate,
+                "per_second": per_second,
+                "next_token_at": None if at is None else at.isoformat(),
+                "next_token_in_seconds": in_seconds or 0.0,
+            }
+            for kind, rate, per_second, at, in_seconds in cursor.fetchall()
         ]
 
 
@@ -149,3 +172,19 @@ def job_due_or_task_waiting(*, now: datetime, floor: datetime | None = None) -> 
         cursor.execute(_LINGER_SQL, [now, floor])
         waiting, scanned_at, due_run_after = cursor.fetchone()
     return LingerPoll(scanned_at, due_run_after, bool(waiting))
+
+
+def job_next_due_within(seconds: float) -> float:
+    """Seconds until the first job that becomes due within `seconds` from now (a job queued
+    to run later, or a rate-limited kind's next token: `jobs_first_due_v1`, migration 0025),
+    or `seconds` when none does: how long an idle `run_jobs` process sleeps, so a limited
+    kind's next job starts when its token comes, not at the next poll (issue 38, point 3)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM jobs_first_due_v1(statement_timestamp() "
+            "+ interval '1 microsecond', statement_timestamp() + make_interval(secs => %s)) "
+            "- clock_timestamp())::float8",
+            [seconds],
+        )
+        (due_in,) = cursor.fetchone()
+    return seconds if due_in is None else min(seconds, max(0.0, due_in))

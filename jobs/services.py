@@ -236,7 +236,8 @@ WITH capped AS (
       AND attempts < max_attempts
       AND kind NOT IN (SELECT kind FROM jobs_pausedkind)  -- issue 20: paused kinds
       AND (kind IN (SELECT capped.kind FROM capped WHERE capped.free > 0)  -- issue 37: caps
-           OR kind NOT IN (SELECT kind FROM jobs_kindcap))
+           OR (kind NOT IN (SELECT kind FROM jobs_kindcap)
+               AND kind NOT IN (SELECT kind FROM jobs_kindrate)))  -- issue 38: rates
     ORDER BY priority DESC, run_after, id
     LIMIT %s
     FOR UPDATE SKIP LOCKED
@@ -256,19 +257,31 @@ WITH capped AS (
         ) AS allowed WINDOW w AS (ORDER BY priority DESC, run_after, id)
     ) AS running
     WHERE n = 1 OR bytes <= %s
+), claimed AS (
+    UPDATE {Job._meta.db_table} AS j
+    SET status = '{Status.PROCESSING}', attempts = j.attempts + 1,
+        started_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
+        lease_expires_at = clock_timestamp() + make_interval(secs => %s), locked_by = %s
+    FROM claim WHERE j.id = claim.id
+    RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run_after
+), spent AS (
+    -- Issue 38: a limited kind given its token (its bucket row locked) spends it on the job
+    -- taken, as jobs_runner_step_v5 and v6 do (migration 0025).
+    UPDATE jobs_kindrate AS b
+    SET next_slot_at = jobs_rate_take_v1(b.next_slot_at, clock_timestamp(), b.interval_seconds),
+        floor_at = t.first
+    FROM (SELECT c.kind, min(c.run_after) AS first FROM claimed AS c GROUP BY c.kind) AS t
+    WHERE b.kind = t.kind AND b.kind IN (SELECT capped.kind FROM capped)
+    RETURNING pg_notify('jobs_job_due', extract(epoch FROM b.next_slot_at)::text)
 )
-UPDATE {Job._meta.db_table} AS j
-SET status = '{Status.PROCESSING}', attempts = j.attempts + 1, started_at = clock_timestamp(),
-    heartbeat_at = clock_timestamp(),
-    lease_expires_at = clock_timestamp() + make_interval(secs => %s), locked_by = %s
-FROM claim WHERE j.id = claim.id
-RETURNING j.id, j.kind, j.payload, j.attempts, j.max_attempts, j.priority, j.run_after,
+SELECT c.id, c.kind, c.payload, c.attempts, c.max_attempts, c.priority, c.run_after,
     EXISTS (
         SELECT 1 FROM {Job._meta.db_table} AS other
         WHERE other.status = '{Status.QUEUED}' AND other.run_after <= clock_timestamp()
           AND other.attempts < other.max_attempts AND other.id NOT IN (SELECT id FROM claim)
           AND other.kind NOT IN (SELECT kind FROM jobs_pausedkind)
     ) AS more_due
+FROM claimed AS c CROSS JOIN (SELECT count(*) FROM spent) AS tokens
 """
 
 

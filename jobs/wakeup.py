@@ -166,6 +166,7 @@ class WakeListener:
         self._timers: list[float] = []  # heap of due times, on this host's monotonic clock
         self._db_minus_monotonic: float | None = None  # database epoch - time.monotonic()
         self._next_check = 0.0  # monotonic time of the next ping and look-ahead
+        self._check_at: float | None = None  # a timer's due check, after the drains' turn
         self._floor = ClaimFloor()  # the due check's, see _wake_if_due
         # Reconnects through an outage: one line, then a count per 30 s (I24).
         self._quiet = QuietLog(logger, "job wake-up listener")
@@ -186,9 +187,17 @@ class WakeListener:
                     self._look_ahead()
                 due_now = self._wait_for_notifications()
                 if self._pop_timers():
-                    due_now = True
                     linger_signal.nudge()
                     self._look_ahead()  # re-arm exactly at the next due time
+                    # As after a NOTIFY (`coalesce_seconds`): a lingering drain nudged now
+                    # takes the job within its poll and needs no wake task, which would end
+                    # its linger; the check after that window sends one if the job still
+                    # waits. A rate-limited kind's tokens pop a timer each (issue 38).
+                    if self._check_at is None:
+                        self._check_at = time.monotonic() + self.coalesce_seconds
+                if self._check_at is not None and time.monotonic() >= self._check_at:
+                    self._check_at = None
+                    due_now = True
                 if due_now:
                     self._wake_if_due()
             except Exception as exc:  # noqa: BLE001 - the listener loop's one catch-all
@@ -363,14 +372,19 @@ class WakeListener:
         round; arm a timer for each due time ahead. True if a job may be due now."""
         assert self.connection is not None
         timeout = WAIT_SECONDS
-        if self._timers:
-            timeout = max(0.0, min(timeout, self._timers[0] - time.monotonic()))
+        for at in (self._timers[0] if self._timers else None, self._check_at):
+            if at is not None:
+                timeout = max(0.0, min(timeout, at - time.monotonic()))
         first = [n.payload for n in self.connection.notifies(timeout=timeout, stop_after=1)]
         if not first:
             return False
         # Each notification is read as it comes: a job committed below the claimers' floors
         # is posted to them before the nudge, so the lingering drain it wakes scans below it.
         due_now = self._heard(first[0])
+        if not due_now:
+            # Due later: a timer is armed, nothing to coalesce (reading a burst now would
+            # hold the timers back: a rate's next token is due within its interval).
+            return False
         linger_signal.nudge()  # a lingering drain reads the claim index now, not at its poll
         # Read whatever else arrives in the next moments: one decision for a burst; each
         # notification still nudges the lingering drains (linger_signal rate-limits it).

@@ -17,7 +17,7 @@ from canonical_ids.models import WriterSlotLease
 from inbound_email.models import InboundEmail, Reply
 from inbound_email.selectors import inbound_quarantine_oldest, inbound_received_per_bucket
 from jobs.conf import get_config as get_jobs_config
-from jobs.models import Job, KindCap, PausedKind
+from jobs.models import Job, KindCap, KindRate, PausedKind
 from jobs.pruning import last_prune_runs
 from jobs.selectors import jobs_due, jobs_finished_per_bucket
 from notifications.models import EmailNotification
@@ -63,6 +63,7 @@ class Health:
     generated_at: datetime | None = None
     paused_url: str = ""
     caps_url: str = ""  # issue 37: the caps per kind in the admin
+    rates_url: str = ""  # issue 38: the rates per kind in the admin
     chart_range: ChartRange = RANGES[DEFAULT_RANGE]
     kinds: KindTable | None = None
     # Issue 32: the oldest open transaction in words ("" when none), and whether it is old
@@ -91,6 +92,7 @@ def worker_health(
         generated_at=now,
         paused_url=changelist(PausedKind),
         caps_url=changelist(KindCap),
+        rates_url=changelist(KindRate),
         chart_range=chart_range,
     )
     _oldest_transaction(health)

@@ -66,6 +66,15 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
         running.add_metric([kind], cap["running"])
     yield caps
     yield running
+    # Issue 38: each rate-limited kind's rate, in jobs a second.
+    rates = GaugeMetricFamily(
+        "worker_job_kind_rate_per_second",
+        "The most jobs of a kind started a second (@handler rate=), whatever its unit.",
+        labels=["kind"],
+    )
+    for rate in status.kind_rates:
+        rates.add_metric([bounded(rate["kind"], known_kinds)], rate["per_second"])
+    yield rates
     # Issue 37, point 10: slots in use per kind over the live processes' last beats (kind
     # from the bounded set), and the slots those processes have (labels: thread, async).
     in_use = GaugeMetricFamily(

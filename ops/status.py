@@ -26,6 +26,7 @@ from jobs.models import Job, PausedKind
 from jobs.selectors import (
     job_counts_by_kind,
     job_kind_caps,
+    job_kind_rates,
     job_oldest_due,
     job_status_counts,
     jobs_stuck,
@@ -88,6 +89,8 @@ class WorkerStatus:
     paused_kinds: list[dict[str, Any]] = field(default_factory=list)  # not claimed until resumed
     # Issue 37: each capped kind's cap (`@handler(kind, concurrency=N)`) and units in use.
     kind_caps: list[dict[str, Any]] = field(default_factory=list)
+    # Issue 38: each rate-limited kind's rate (`@handler(kind, rate="20/s")`) and next token.
+    kind_rates: list[dict[str, Any]] = field(default_factory=list)
     # Issue 32: the oldest transaction another session keeps open (pg_stat_activity); while
     # it holds a snapshot no dead row version can be removed anywhere in the database.
     oldest_transaction: dict[str, Any] | None = None
@@ -283,6 +286,7 @@ def _jobs(status: WorkerStatus, now: datetime) -> None:
         for p in PausedKind.objects.order_by("kind")
     ]
     status.kind_caps = job_kind_caps()
+    status.kind_rates = job_kind_rates()
     oldest = job_oldest_due(now=now)
     if oldest:
         waited = (now - oldest.run_after).total_seconds()

@@ -18,6 +18,7 @@ SCENARIO_MODULES = [
     "tests.faults.sweeps_scenario",
     "tests.faults.minting_scenario",
     "tests.faults.caps_scenario",
+    "tests.faults.rates_scenario",
     "tests.faults.producers_scenario",
     "tests.faults.snooze_scenario",
     "tests.faults.periodic_scenario",

@@ -305,6 +305,26 @@ def capped_one(payload: dict) -> None:
     time.sleep(payload.get("sleep", 0))
 
 
+# Issue 38, point 3: kinds with a rate for the whole deployment. A qcluster started by a test
+# writes these rates at start-up (jobs/kind_rates.py).
+RATED_KIND = "tests.rated"
+RATED_RATE = "5/s"
+RATED_HOURLY_KIND = "tests.rated_hourly"
+
+
+@handler(RATED_KIND, rate=RATED_RATE)
+def rated(payload: dict) -> None:
+    """Append `start n t` (this host's wall clock) when given a log: the test reads how many
+    started in any one-second window."""
+    if "log" in payload:
+        _append(payload["log"], f"start {payload['n']} {time.time()}")
+
+
+@handler(RATED_HOURLY_KIND, rate="1/h")
+def rated_hourly(payload: dict) -> None:
+    pass
+
+
 # Issue 38, point 2: handlers that snooze. Each appends `start n t` (this host's wall clock)
 # to payload['log'] and writes a user row in its transaction (rolled back when it snoozes),
 # then snoozes payload['seconds'] while it has started at most payload['times'] times (the

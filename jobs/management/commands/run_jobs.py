@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+
 from django.core.management.base import BaseCommand
 
 from jobs import registry
 from jobs.conf import get_config
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
+from jobs.kind_rates import kind_rates_line, kind_rates_sync
 from jobs.runner import RunSummary, run_pending
+from jobs.selectors import job_next_due_within
 from project.command_loop import run_until_stopped, stopped_by_signals
 
 
@@ -24,21 +28,33 @@ class Command(BaseCommand):
         parser.add_argument("--limit", type=int, default=None, help="run at most N jobs")
 
     def handle(self, *args, burst: bool, limit: int | None, **options):
+        self._limit = limit
         # Slots a kind keeps for itself must fit the slots (issue 37, point 3).
         registry.check_reservations_at_start()
         # The handlers' caps per kind, as this release's code says (issue 37, point 2).
         self.stdout.write(kind_caps_line(kind_caps_sync()))
+        self.stdout.write(kind_rates_line(kind_rates_sync()))  # issue 38, point 3
         if burst:
             with stopped_by_signals(self.stdout) as stop:
                 self._report(run_pending(limit=limit, stop=stop), always=True)
             return
         run_until_stopped(
-            lambda stop: self._report(run_pending(limit=limit, stop=stop)),
+            self._pass,
             what="run_jobs",
             role="run_jobs",
-            idle_seconds=lambda summary: 0 if summary.claimed else get_config().poll_seconds,
+            idle_seconds=lambda wait: wait,
             stdout=self.stdout,
         )
+
+    def _pass(self, stop: threading.Event) -> float:
+        """One drain, then how long to wait before the next: none after a drain that took
+        jobs; else until the next job due within JOBS_POLL_SECONDS (one queued for later, a
+        rate-limited kind's next token: issue 38, point 3), at most that. Read inside the
+        pass, so a lost connection is the loop's to log and retry."""
+        summary = self._report(run_pending(limit=self._limit, stop=stop))
+        if summary.claimed:
+            return 0.0
+        return job_next_due_within(get_config().poll_seconds)
 
     def _report(self, summary: RunSummary, *, always: bool = False) -> RunSummary:
         if always or summary.claimed:

@@ -13,6 +13,7 @@ from django_q.management.commands.qcluster import Command as DjangoQClusterComma
 
 from jobs import floor_hints, linger_signal, registry
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
+from jobs.kind_rates import kind_rates_line, kind_rates_sync
 from jobs.periodic_scheduler import periodic_scheduler_running
 from jobs.periodic_ticks import checked_schedules
 from jobs.wakeup import WakeListener
@@ -42,6 +43,7 @@ class Command(DjangoQClusterCommand):
         registry.check_reservations_at_start()
         # The handlers' caps per kind, as this release's code says (issue 37, point 2).
         self.stdout.write(kind_caps_line(kind_caps_sync()))
+        self.stdout.write(kind_rates_line(kind_rates_sync()))  # issue 38, point 3
         # The `jobs.periodic` schedules, each kind with a handler, or no start (issue 38).
         schedules = checked_schedules()
         self.stdout.write(f"periodic schedules: {len(schedules)}")

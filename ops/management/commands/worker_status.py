@@ -67,6 +67,10 @@ class Command(BaseCommand):
                 f"  CAP: {cap['kind']} at most {cap['concurrency']} at once "
                 f"({cap['running']} running)"
             )
+        for rate in status.kind_rates:
+            wait = rate["next_token_in_seconds"]
+            token = f"next token in {humanize_seconds(wait)}" if wait > 0 else "a token is there"
+            out(f"  RATE: {rate['kind']} at most {rate['rate']} ({token})")
         if status.oldest_due_job:
             job = status.oldest_due_job
             out(
