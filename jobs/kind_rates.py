@@ -21,7 +21,6 @@ written them; a worker of the previous release leaves the table alone.
 from __future__ import annotations
 
 import logging
-import math
 import re
 from dataclasses import dataclass
 
@@ -78,7 +77,7 @@ def parse_rate(text: object, *, kind: str) -> Rate:
     count, per_seconds = int(match.group(1)), UNITS[match.group(2)]
     if count < 1:
         raise ValueError(f"{where} must allow at least one job (leave rate out for no limit)")
-    if count / per_seconds > MAX_PER_SECOND or not math.isfinite(count / per_seconds):
+    if count / per_seconds > MAX_PER_SECOND:
         raise ValueError(f"{where} is over the most a rate may be: at most {MAX_PER_SECOND}/s")
     return Rate(count=count, per_seconds=per_seconds)
 

@@ -272,6 +272,7 @@ WITH capped AS (
         floor_at = t.first
     FROM (SELECT c.kind, min(c.run_after) AS first FROM claimed AS c GROUP BY c.kind) AS t
     WHERE b.kind = t.kind AND b.kind IN (SELECT capped.kind FROM capped)
+      AND jobs_rate_take_v1(b.next_slot_at, clock_timestamp(), b.interval_seconds) IS NOT NULL
     RETURNING pg_notify('jobs_job_due', extract(epoch FROM b.next_slot_at)::text)
 )
 SELECT c.id, c.kind, c.payload, c.attempts, c.max_attempts, c.priority, c.run_after,
