@@ -6,7 +6,11 @@ records every round trip of every connection the process opens. Then, for each r
 round trip and each fault kind (error before; lost answer, for a round trip after which the
 server was idle, i.e. committed; kill after), it starts over on a fresh database: setup,
 the pass with that one fault, recovery as a fresh process would do it (the reaper, the next
-poll, the next sweep; no fault), and the scenario's invariants. Each pass runs in a child
+poll, the next sweep; no fault), and the scenario's invariants. A harness made with a
+`ThrowawayCluster` (tests/support/throwaway_pg.py) runs on that cluster instead of the test
+database, and can fault a fourth way: `crash_after`, PostgreSQL itself stopped with
+`pg_ctl stop -m immediate` right after the round trip, then started again (issue 37,
+point 5; the runner's scenarios). Each pass runs in a child
 forked from `fault_child`'s fork server, so a kill is a real SIGKILL of a real process.
 
 Nothing of ours is mocked: the code under test talks to the real test database through the
@@ -24,14 +28,16 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
 
 from tests.support.pg_faults import (
+    CRASH_AFTER,
     ERROR_BEFORE,
     FAULT_KINDS,
     KILL_AFTER,
@@ -41,8 +47,10 @@ from tests.support.pg_faults import (
     RoundTrip,
 )
 from tests.support.processes import PROJECT_ROOT, child_env
+from tests.support.throwaway_pg import ThrowawayCluster
 
 REPORT_DIR = PROJECT_ROOT / "var" / "faults"
+CLUSTER_DATABASE = "worker"  # tests/support/throwaway_pg.py's database
 FIRED_FILE = "fault-fired"  # made in a run's folder when its fault cuts a connection
 RUN_TIMEOUT = 60.0  # seconds one phase of one run may take before it counts as hung
 # Seconds the fork server may take to answer with a child's pid: a hang guard, no measure.
@@ -69,11 +77,18 @@ class Scenario:
 
     def check(self, ctx: dict[str, Any], *, killed_pid: int | None) -> list[str]:
         """The invariants after recovery: one line per violation (`killed_pid`: the pass's
-        process, if the fault SIGKILLed it)."""
+        process, if the fault SIGKILLed it; after a `crash_after`, `ctx["crash"]` holds the
+        pass's `pid` and the `at` (time.time()) the server was stopped)."""
         raise NotImplementedError
 
     def child_settings(self, ctx: dict[str, Any]) -> dict[str, Any]:
         return dict(self.settings)
+
+    def crash_snapshot(self, conn: Any) -> Any:
+        """For `crash_after`: what to keep of the database (a psycopg connection of the
+        harness's own, autocommit) right before the crash and right after the restart;
+        `check` finds both in `ctx["crash"]` (`before`, `after`). JSON, or None."""
+        return None
 
     def in_child(self, phase: str, ctx: dict[str, Any]) -> None:
         from django.test.utils import override_settings
@@ -109,12 +124,26 @@ class FaultHarness:
     """The proxy, the fork server and a fresh database per run. Use as a context manager
     inside a `django_db(transaction=True)` test (it truncates the test database)."""
 
-    def __init__(self, *, modules: Iterable[str], workdir: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        *,
+        modules: Iterable[str],
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        cluster: ThrowawayCluster | None = None,
+    ):
         self.workdir = workdir
         self.modules = list(modules)
         self.extra_env = env or {}
-        params = connection.settings_dict
-        self.proxy = FaultProxy(params.get("HOST") or "127.0.0.1", int(params.get("PORT") or 5432))
+        self.cluster = cluster
+        self._crashed_at: float | None = None
+        if cluster is not None:
+            self.proxy = FaultProxy("127.0.0.1", cluster.port)
+        else:
+            params = connection.settings_dict
+            self.proxy = FaultProxy(
+                params.get("HOST") or "127.0.0.1", int(params.get("PORT") or 5432)
+            )
         self._zygote: subprocess.Popen | None = None
         self._buffer = b""
         self._pid: int | None = None
@@ -123,8 +152,11 @@ class FaultHarness:
 
     def __enter__(self) -> FaultHarness:
         self.proxy.__enter__()
-        params = connection.settings_dict
-        url = f"postgres://{params['USER']}@127.0.0.1:{self.proxy.port}/{params['NAME']}"
+        if self.cluster is not None:
+            url = f"postgres://postgres@127.0.0.1:{self.proxy.port}/{CLUSTER_DATABASE}"
+        else:
+            params = connection.settings_dict
+            url = f"postgres://{params['USER']}@127.0.0.1:{self.proxy.port}/{params['NAME']}"
         env = child_env(DATABASE_URL=url, PGSSLMODE="disable", PGGSSENCMODE="disable")
         env.update(self.extra_env)
         self._stderr = open(self.workdir / "fork-server.log", "ab")  # noqa: SIM115 - closed in __exit__
@@ -164,11 +196,25 @@ class FaultHarness:
         fired_file = rundir / FIRED_FILE
         ctx = scenario.setup(rundir)
         clock.lap("setup")
-        self.proxy.begin(fault, on_kill=self._kill, on_fire=fired_file.touch)
+        self._crashed_at = None
+        self._crash_snapshots: dict[str, Any] = {}
+        self._scenario = scenario
+        self.proxy.begin(
+            fault,
+            on_kill=self._kill,
+            on_fire=fired_file.touch,
+            on_crash=self._crash if self.cluster is not None else None,
+        )
         code = self._phase(scenario, "run", ctx, log)
         trips = self.proxy.end()
         clock.lap("run")
         fired = self.proxy.fired
+        if self._crashed_at is not None:
+            connection.close()  # this process's connection died with the server
+            ctx = {
+                **ctx,
+                "crash": {"pid": self._pid, "at": self._crashed_at, **self._crash_snapshots},
+            }
         self.proxy.begin(None)
         self.proxy.drop_all()  # what a killed or hung pass left open
         violations: list[str] = []
@@ -263,6 +309,19 @@ class FaultHarness:
         if self._pid_known.wait(10):
             os.kill(self._pid, signal.SIGKILL)
 
+    def _crash(self) -> None:
+        """The proxy's `crash_after`: stop the cluster at once (every server process
+        killed, what was only in its memory lost) and start it again (crash recovery), before
+        the pass sees the answer."""
+        assert self.cluster is not None
+        with self.cluster.connect() as conn:
+            self._crash_snapshots["before"] = self._scenario.crash_snapshot(conn)
+        self._crashed_at = time.time()
+        self.cluster.crash()
+        self.cluster.start()
+        with self.cluster.connect() as conn:
+            self._crash_snapshots["after"] = self._scenario.crash_snapshot(conn)
+
     def _read(self, timeout: float) -> dict | None:
         deadline = time.monotonic() + timeout
         out = self._zygote.stdout.fileno()
@@ -301,7 +360,9 @@ def scenario_attr(scenario: Scenario) -> str:
 def faults_for(trips: Iterable[RoundTrip], kinds: Iterable[str]) -> list[tuple[Fault, RoundTrip]]:
     """Each fault kind at each round trip it applies to: a lost answer only where the server
     was idle after it (committed or autocommit; inside a transaction, a lost connection is a
-    rollback, which `error_before` of the next round trip covers)."""
+    rollback, which `error_before` of the next round trip covers). A crash applies after
+    every round trip: inside a transaction it is that transaction's rollback and every other
+    connection's loss at once."""
     kinds = list(kinds)
     planned = []
     for trip in trips:
@@ -310,6 +371,27 @@ def faults_for(trips: Iterable[RoundTrip], kinds: Iterable[str]) -> list[tuple[F
                 continue
             planned.append((Fault(kind, trip.statement, trip.occurrence), trip))
     return planned
+
+
+@contextmanager
+def django_on_cluster(cluster: ThrowawayCluster) -> Iterator[None]:
+    """Point this thread's default Django connection at `cluster`'s database while the
+    block runs (the crash harness's setup, reset and check), then back."""
+    from django.db import connections
+
+    conn = connections[DEFAULT_DB_ALIAS]
+    saved = dict(conn.settings_dict)
+    conn.close()
+    conn.settings_dict.update(
+        HOST="127.0.0.1", PORT=str(cluster.port), NAME=CLUSTER_DATABASE, USER="postgres",
+        PASSWORD="",
+    )  # fmt: skip
+    try:
+        yield
+    finally:
+        conn.close()
+        conn.settings_dict.clear()
+        conn.settings_dict.update(saved)
 
 
 def reset_database() -> None:
@@ -379,6 +461,7 @@ def summarize(outcomes: list[Outcome]) -> dict[tuple[str, str], tuple[int, int]]
 
 
 __all__ = [
+    "CRASH_AFTER",
     "ERROR_BEFORE",
     "FAULT_KINDS",
     "KILL_AFTER",
