@@ -5,9 +5,14 @@ effect to the file named in its payload (O_APPEND, one write per line): SLOT is 
 (`jobs-slot-2`, or the drain's own thread) or `loop` for an `async def` handler, TIME is
 `time.time()`, so the check can tell what ran before a crash of the server.
 
-Every handler ends at the next multiple of `SYNC_SECONDS` of the wall clock after it
-started: slots started together end together, so their completions reach the drain at once
-and share its next statement (and its commit).
+Slots started together end together: a handler waits until its process has started
+`together` jobs (the size of its wave, from the payload; at most TOGETHER_SECONDS), then the
+handlers whose completion is the drain's (`done`) return at once, their own writes made
+before, so their completions reach the drain at once and share its next statement and
+commit. The handlers that commit on their own at the end (an atomic handler's completion,
+a failure's record) return LATE_SECONDS after the others, so that no durable commit of
+another connection follows the drain's shared one by chance: a crash right after it tells
+whether that commit itself was durable.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from django.db import transaction
 
 from jobs import handler
 
-SYNC_SECONDS = 0.05
+TOGETHER_SECONDS = 0.5  # a wave cut short by a fault (or another process's) waits no longer
+LATE_SECONDS = 0.05
 
 
 def note(path: str, what: str, n: int, slot: str | None = None) -> None:
@@ -34,11 +40,29 @@ def note(path: str, what: str, n: int, slot: str | None = None) -> None:
         os.close(fd)
 
 
-def _until_the_tick() -> float:
-    """Seconds to the next multiple of SYNC_SECONDS (at least half of one away)."""
-    now = time.time()
-    tick = (int(now / SYNC_SECONDS) + 2) * SYNC_SECONDS
-    return tick - now
+def _started(payload: dict) -> bool:
+    """Whether this process has started the jobs of this one's wave."""
+    pid = f" {os.getpid()} "
+    try:
+        with open(payload["log"]) as log:
+            starts = sum(1 for line in log if line.startswith("start ") and pid in line)
+    except FileNotFoundError:
+        return False
+    return starts >= payload["together"]
+
+
+def _together(payload: dict, late: bool = False) -> None:
+    deadline = time.monotonic() + TOGETHER_SECONDS
+    while not _started(payload) and time.monotonic() < deadline:
+        time.sleep(0.002)
+    if late:
+        time.sleep(LATE_SECONDS)
+
+
+async def _together_async(payload: dict) -> None:
+    deadline = time.monotonic() + TOGETHER_SECONDS
+    while not _started(payload) and time.monotonic() < deadline:
+        await asyncio.sleep(0.002)
 
 
 def _row(n: int) -> None:
@@ -50,7 +74,7 @@ def record(payload: dict) -> None:
     """A database effect only, in the job's transaction: it commits with the completion,
     in the slot (a plain `create`, so a second run would be a second row)."""
     note(payload["log"], "start", payload["n"])
-    time.sleep(_until_the_tick())
+    _together(payload, late=True)
     get_user_model().objects.create(
         username=f"slot{payload['n']}-{os.getpid()}-{time.monotonic_ns()}",
         last_name=str(payload["n"]),
@@ -62,7 +86,7 @@ def charge(payload: dict) -> None:
     """A non-idempotent external effect and nothing in the database: its completion waits
     for the drain's next statement, which must commit it durably before the slot goes on."""
     note(payload["log"], "start", payload["n"])
-    time.sleep(_until_the_tick())
+    _together(payload)
     note(payload["log"], "effect", payload["n"])
 
 
@@ -72,7 +96,7 @@ def own_steps(payload: dict) -> None:
     note(payload["log"], "start", payload["n"])
     with transaction.atomic():
         _row(payload["n"])
-    time.sleep(_until_the_tick())
+    _together(payload)
     note(payload["log"], "effect", payload["n"])
 
 
@@ -81,14 +105,14 @@ def touch(payload: dict) -> None:
     """Declared idempotent: running it twice is harmless (get_or_create), so its completion
     may be batched without the WAL flush."""
     note(payload["log"], "start", payload["n"])
-    time.sleep(_until_the_tick())
     _row(payload["n"])
+    _together(payload)
 
 
 @handler("faults.slots.fail")
 def fail(payload: dict) -> None:
     note(payload["log"], "start", payload["n"])
-    time.sleep(_until_the_tick())
+    _together(payload, late=True)
     raise RuntimeError("the partner API said no")
 
 
@@ -97,7 +121,7 @@ async def async_charge(payload: dict) -> None:
     """An `async def` handler with a non-idempotent external effect: its completion is the
     runner's, as an `atomic=False` handler's is, flushed."""
     note(payload["log"], "start", payload["n"], "loop")
-    await asyncio.sleep(_until_the_tick())
+    await _together_async(payload)
     note(payload["log"], "effect", payload["n"], "loop")
 
 
@@ -105,5 +129,5 @@ async def async_charge(payload: dict) -> None:
 async def async_touch(payload: dict) -> None:
     """An `async def` handler declared idempotent: its effect may happen twice."""
     note(payload["log"], "start", payload["n"], "loop")
-    await asyncio.sleep(_until_the_tick())
+    await _together_async(payload)
     note(payload["log"], "effect", payload["n"], "loop")

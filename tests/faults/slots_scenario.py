@@ -13,7 +13,7 @@ over 9 jobs claimed in an order that mixes every way a completion is recorded:
 - `faults.slots.fail` (2 attempts).
 Handlers started together end together (tests/faults/slot_handlers.py), so the completions
 of several slots share one statement and one commit (the clean run shows it:
-`largest_shared_commit`).
+`shared_commits`).
 
 Invariants, after recovery (the reaper, then drains until done):
 - none lost: every job completed (the failing one failed after its 2 attempts); none left
@@ -93,7 +93,9 @@ class SlotsDrain(Scenario):
         log = str(workdir / "effects.log")
         ids = {}
         for n, kind, max_attempts in JOBS:
-            job = enqueue(kind, {"log": log, "n": n}, priority=100 - n, max_attempts=max_attempts)
+            # The first claim fills the 6 slots with jobs 1-6; the next takes the rest.
+            payload = {"log": log, "n": n, "together": 6 if n <= 6 else len(JOBS)}
+            job = enqueue(kind, payload, priority=100 - n, max_attempts=max_attempts)
             ids[n] = job.pk
         return {"log": log, "ids": ids}
 

@@ -317,8 +317,24 @@ class FaultHarness:
         with self.cluster.connect() as conn:
             self._crash_snapshots["before"] = self._scenario.crash_snapshot(conn)
         self._crashed_at = time.time()
-        self.cluster.crash()
-        self.cluster.start()
+        try:
+            self.cluster.crash(timeout=15)
+        except subprocess.SubprocessError as exc:
+            # Seen twice in a dozen crashes on the loaded 2-core machine: the postmaster had
+            # not exited when pg_ctl gave up. Say what was running, then do what an immediate
+            # stop does to every server process at once, with SIGKILL.
+            print(f"pg_ctl stop -m immediate failed ({exc}):\n{_server_processes()}")
+            _kill_server(self.cluster)
+        for attempt in range(3):  # a start can fail while the old postmaster lets go
+            try:
+                self.cluster.start()
+                break
+            except subprocess.CalledProcessError as exc:
+                log = (self.cluster.root / "server.log").read_text()[-2000:]
+                print(f"the cluster did not start again ({exc}); server log:\n{log}")
+                if attempt == 2:
+                    raise
+                time.sleep(0.5)
         with self.cluster.connect() as conn:
             self._crash_snapshots["after"] = self._scenario.crash_snapshot(conn)
 
@@ -346,6 +362,36 @@ class _Stopwatch:
         now = time.monotonic()
         self.laps[name] = round(now - self._last, 2)
         self._last = now
+
+
+def _server_processes() -> str:
+    return subprocess.run(
+        ["ps", "-o", "pid,ppid,stat,wchan:20,args", "-u", "postgres"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout
+
+
+def _kill_server(cluster: ThrowawayCluster) -> None:
+    """SIGKILL the cluster's postmaster and every process it started; wait for them."""
+    pid_file = cluster.data / "postmaster.pid"
+    postmaster = int(pid_file.read_text().split()[0])
+    children = subprocess.run(
+        ["pgrep", "-P", str(postmaster)], capture_output=True, text=True, check=False
+    ).stdout.split()
+    for pid in [postmaster, *map(int, children)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(postmaster, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 def scenario_attr(scenario: Scenario) -> str:

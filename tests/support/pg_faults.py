@@ -25,7 +25,9 @@ Faults, at one named round trip:
   then the answer is forwarded and the connection closed: the process saw its statement
   succeed, and the server it succeeded on died right after. A commit made with
   `synchronous_commit` off may be lost with it; a durable one must be there after the
-  restart.
+  restart. From the answer's arrival to the restart no other connection's request is
+  forwarded: a durable commit of another thread would otherwise flush the WAL of an
+  asynchronous one before the crash, and hide its loss.
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._open: set[socket.socket] = set()
+        self._forwarding = threading.Event()  # cleared while a crash_after stops the server
+        self._forwarding.set()
         self._thread = threading.Thread(target=self._accept, name="pg-fault-proxy", daemon=True)
         self._reset(None, None)
 
@@ -201,7 +205,11 @@ class FaultProxy:
     def _crash(self) -> None:
         if self._on_crash is None:
             raise RuntimeError("a crash_after fault needs a harness on a throwaway cluster")
-        self._on_crash()
+        self._forwarding.clear()
+        try:
+            self._on_crash()
+        finally:
+            self._forwarding.set()
 
     def _cut(self) -> None:
         if self._on_fire is not None:
@@ -298,6 +306,7 @@ class _Pump:
         if fault == ERROR_BEFORE:
             self.proxy._cut()
             return False  # never forwarded: closing both rolls back what the session had
+        self.proxy._forwarding.wait()  # held while a crash_after stops the server
         self.server.sendall(b"".join(messages))
         self.pending.append((entry, fault))
         return True
