@@ -10,9 +10,10 @@ Slots started together end together: a handler waits until its process has start
 handlers whose completion is the drain's (`done`) return at once, their own writes made
 before, so their completions reach the drain at once and share its next statement and
 commit. The handlers that commit on their own at the end (an atomic handler's completion,
-a failure's record) return LATE_SECONDS after the others, so that no durable commit of
-another connection follows the drain's shared one by chance: a crash right after it tells
-whether that commit itself was durable.
+a failure's record) return LATE_SECONDS after the others (`late` in the payload), so that
+no durable commit of another connection follows the drain's shared one by chance: a crash
+right after it tells whether that commit itself was durable. Meanwhile the drain, waiting
+for a slot, polls for due jobs (JOBS_LINGER_POLL_SECONDS): that round trip is faulted too.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from django.db import transaction
 from jobs import handler
 
 TOGETHER_SECONDS = 0.5  # a wave cut short by a fault (or another process's) waits no longer
-LATE_SECONDS = 0.05
+LATE_SECONDS = 0.12  # more than JOBS_LINGER_POLL_SECONDS: the drain polls while they run
 
 
 def note(path: str, what: str, n: int, slot: str | None = None) -> None:
@@ -51,11 +52,11 @@ def _started(payload: dict) -> bool:
     return starts >= payload["together"]
 
 
-def _together(payload: dict, late: bool = False) -> None:
+def _together(payload: dict) -> None:
     deadline = time.monotonic() + TOGETHER_SECONDS
     while not _started(payload) and time.monotonic() < deadline:
         time.sleep(0.002)
-    if late:
+    if payload.get("late"):
         time.sleep(LATE_SECONDS)
 
 
@@ -74,7 +75,7 @@ def record(payload: dict) -> None:
     """A database effect only, in the job's transaction: it commits with the completion,
     in the slot (a plain `create`, so a second run would be a second row)."""
     note(payload["log"], "start", payload["n"])
-    _together(payload, late=True)
+    _together(payload)
     get_user_model().objects.create(
         username=f"slot{payload['n']}-{os.getpid()}-{time.monotonic_ns()}",
         last_name=str(payload["n"]),
@@ -112,7 +113,7 @@ def touch(payload: dict) -> None:
 @handler("faults.slots.fail")
 def fail(payload: dict) -> None:
     note(payload["log"], "start", payload["n"])
-    _together(payload, late=True)
+    _together(payload)
     raise RuntimeError("the partner API said no")
 
 

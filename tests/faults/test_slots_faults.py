@@ -27,6 +27,11 @@ def _drain_step(trip) -> bool:
     return "jobs_runner_step" in trip.statement and trip.connection == 1
 
 
+def _due_poll(trip) -> bool:
+    """The drain's poll for due jobs while it waits for a slot to end."""
+    return "django_q_ormq" in trip.statement and trip.connection == 1
+
+
 def _slot_commit(trip) -> bool:
     """A slot's COMMIT: an atomic handler's writes with its completion, or an `atomic=False`
     handler's own step (the drain's and the keeper's statements commit alone)."""
@@ -66,6 +71,21 @@ def test_a_shared_durable_commit_survives_a_crash_of_the_server(crash_harness):
         SLOTS_DRAIN, [(CRASH_AFTER, _drain_step, 1), (CRASH_AFTER, _slot_commit, 0)]
     )
     report("slots-crash-named", outcomes)
+    assert_held(outcomes)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lost_connection_at_the_drains_poll_loses_no_completion(harness):
+    """Found by the enumeration: the drain's poll for due jobs (while job 7, a non-idempotent
+    kind, still ran) met a lost connection; the error ended the drain, job 7's completion
+    could not be sent on the dead connection and was left to the reaper, and job 7's
+    external effect happened twice though no process died. The poll reconnects as the
+    drain's other statements do, and the completions sent at the drain's end are sent again
+    on a fresh connection when the first one is gone."""
+    outcomes = harness.cases(
+        SLOTS_DRAIN, [(ERROR_BEFORE, _due_poll, 0), (LOST_ANSWER, _due_poll, 0)]
+    )
+    report("slots-poll-named", outcomes)
     assert_held(outcomes)
 
 
