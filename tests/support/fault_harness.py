@@ -318,11 +318,12 @@ class FaultHarness:
             self._crash_snapshots["before"] = self._scenario.crash_snapshot(conn)
         self._crashed_at = time.time()
         try:
-            self.cluster.crash(timeout=15)
+            self.cluster.crash(timeout=10)
         except subprocess.SubprocessError as exc:
-            # Seen twice in a dozen crashes on the loaded 2-core machine: the postmaster had
-            # not exited when pg_ctl gave up. Say what was running, then do what an immediate
-            # stop does to every server process at once, with SIGKILL.
+            # Seen when the proxy held a new connection's start-up packet during the crash
+            # (a backend waiting for it outlived the postmaster's SIGQUIT): the postmaster
+            # had not exited when pg_ctl gave up. Say what was running, then do what an
+            # immediate stop does to every server process at once, with SIGKILL.
             print(f"pg_ctl stop -m immediate failed ({exc}):\n{_server_processes()}")
             _kill_server(self.cluster)
         for attempt in range(3):  # a start can fail while the old postmaster lets go

@@ -306,7 +306,8 @@ class _Pump:
         if fault == ERROR_BEFORE:
             self.proxy._cut()
             return False  # never forwarded: closing both rolls back what the session had
-        self.proxy._forwarding.wait()  # held while a crash_after stops the server
+        if statement != CONNECT:  # a backend left waiting for its start-up packet
+            self.proxy._forwarding.wait()  # held while a crash_after stops the server
         self.server.sendall(b"".join(messages))
         self.pending.append((entry, fault))
         return True
