@@ -76,17 +76,19 @@ def test_a_shared_durable_commit_survives_a_crash_of_the_server(crash_harness):
 
 @pytest.mark.django_db(transaction=True)
 def test_a_lost_connection_at_the_drains_poll_loses_no_completion(harness):
-    """Found by the enumeration: the drain's poll for due jobs (while job 7, a non-idempotent
-    kind, still ran) met a lost connection; the error ended the drain, job 7's completion
-    could not be sent on the dead connection and was left to the reaper, and job 7's
-    external effect happened twice though no process died. The poll reconnects as the
-    drain's other statements do, and the completions sent at the drain's end are sent again
-    on a fresh connection when the first one is gone."""
+    """Found by the enumeration: the drain's poll for due jobs, while a non-idempotent job
+    still ran in a slot, met a lost connection; the error ended the drain (the pass exited
+    with it), that job's completion was then sent on the dead connection and left to the
+    reaper, and the job's external effect happened twice though no process died. The poll
+    now reconnects as the drain's other statements do, so the drain goes on (the pass ends
+    well), and the completions sent at the drain's end go once more on a fresh connection
+    when the drain's is gone (tests/jobs/test_slot_connections.py shows that one alone)."""
     outcomes = harness.cases(
         SLOTS_DRAIN, [(ERROR_BEFORE, _due_poll, 0), (LOST_ANSWER, _due_poll, 0)]
     )
     report("slots-poll-named", outcomes)
     assert_held(outcomes)
+    assert [outcome.exit for outcome in outcomes] == [0, 0, 0], "the poll's error ended the drain"
 
 
 @pytest.mark.fault_enumeration
