@@ -8,7 +8,8 @@ import pytest
 
 from tests.faults.sweeps_scenario import NEW_PROPOSAL_SWEEP
 from tests.support.cluster import AwsServer
-from tests.support.fault_harness import FaultHarness, django_on_cluster
+from tests.support.fault_crash import django_on_cluster
+from tests.support.fault_harness import FaultHarness
 from tests.support.throwaway_pg import ThrowawayCluster
 
 # The runner's scenarios: the ones the crash harness runs (`crash_after`).

@@ -28,14 +28,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection
+from django.db import connection
 
+from tests.support.fault_crash import CLUSTER_DATABASE, crash_and_restart
+from tests.support.fault_report import assert_held, report, summarize, table
 from tests.support.pg_faults import (
     CRASH_AFTER,
     ERROR_BEFORE,
@@ -49,8 +50,6 @@ from tests.support.pg_faults import (
 from tests.support.processes import PROJECT_ROOT, child_env
 from tests.support.throwaway_pg import ThrowawayCluster
 
-REPORT_DIR = PROJECT_ROOT / "var" / "faults"
-CLUSTER_DATABASE = "worker"  # tests/support/throwaway_pg.py's database
 FIRED_FILE = "fault-fired"  # made in a run's folder when its fault cuts a connection
 RUN_TIMEOUT = 60.0  # seconds one phase of one run may take before it counts as hung
 # Seconds the fork server may take to answer with a child's pid: a hang guard, no measure.
@@ -317,25 +316,7 @@ class FaultHarness:
         with self.cluster.connect() as conn:
             self._crash_snapshots["before"] = self._scenario.crash_snapshot(conn)
         self._crashed_at = time.time()
-        try:
-            self.cluster.crash(timeout=10)
-        except subprocess.SubprocessError as exc:
-            # Seen when the proxy held a new connection's start-up packet during the crash
-            # (a backend waiting for it outlived the postmaster's SIGQUIT): the postmaster
-            # had not exited when pg_ctl gave up. Say what was running, then do what an
-            # immediate stop does to every server process at once, with SIGKILL.
-            print(f"pg_ctl stop -m immediate failed ({exc}):\n{_server_processes()}")
-            _kill_server(self.cluster)
-        for attempt in range(3):  # a start can fail while the old postmaster lets go
-            try:
-                self.cluster.start()
-                break
-            except subprocess.CalledProcessError as exc:
-                log = (self.cluster.root / "server.log").read_text()[-2000:]
-                print(f"the cluster did not start again ({exc}); server log:\n{log}")
-                if attempt == 2:
-                    raise
-                time.sleep(0.5)
+        crash_and_restart(self.cluster)
         with self.cluster.connect() as conn:
             self._crash_snapshots["after"] = self._scenario.crash_snapshot(conn)
 
@@ -365,36 +346,6 @@ class _Stopwatch:
         self._last = now
 
 
-def _server_processes() -> str:
-    return subprocess.run(
-        ["ps", "-o", "pid,ppid,stat,wchan:20,args", "-u", "postgres"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout
-
-
-def _kill_server(cluster: ThrowawayCluster) -> None:
-    """SIGKILL the cluster's postmaster and every process it started; wait for them."""
-    pid_file = cluster.data / "postmaster.pid"
-    postmaster = int(pid_file.read_text().split()[0])
-    children = subprocess.run(
-        ["pgrep", "-P", str(postmaster)], capture_output=True, text=True, check=False
-    ).stdout.split()
-    for pid in [postmaster, *map(int, children)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(postmaster, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-
-
 def scenario_attr(scenario: Scenario) -> str:
     """The module attribute that holds `scenario` (how the child finds it)."""
     module = importlib.import_module(type(scenario).__module__)
@@ -420,27 +371,6 @@ def faults_for(trips: Iterable[RoundTrip], kinds: Iterable[str]) -> list[tuple[F
     return planned
 
 
-@contextmanager
-def django_on_cluster(cluster: ThrowawayCluster) -> Iterator[None]:
-    """Point this thread's default Django connection at `cluster`'s database while the
-    block runs (the crash harness's setup, reset and check), then back."""
-    from django.db import connections
-
-    conn = connections[DEFAULT_DB_ALIAS]
-    saved = dict(conn.settings_dict)
-    conn.close()
-    conn.settings_dict.update(
-        HOST="127.0.0.1", PORT=str(cluster.port), NAME=CLUSTER_DATABASE, USER="postgres",
-        PASSWORD="",
-    )  # fmt: skip
-    try:
-        yield
-    finally:
-        conn.close()
-        conn.settings_dict.clear()
-        conn.settings_dict.update(saved)
-
-
 def reset_database() -> None:
     """Empty every table of the test database (a fresh one per run, in one statement)."""
     tables = connection.introspection.django_table_names(only_existing=True, include_views=False)
@@ -450,61 +380,6 @@ def reset_database() -> None:
                 ", ".join(connection.ops.quote_name(table) for table in tables)
             )
         )
-
-
-def table(outcomes: list[Outcome]) -> str:
-    """Every (scenario, round trip, fault) run and its outcome, one line each."""
-    lines = [
-        f"{'scenario':<10} {'fault':<12} {'#':>3} {'conn':>4} {'st':<2} {'occ':>3} "
-        f"{'exit':>4}  {'statement':<64} {'time':>6} outcome"
-    ]
-    for outcome in outcomes:
-        trip, fault = outcome.trip, outcome.fault
-        lines.append(
-            f"{outcome.scenario:<10} {fault.kind if fault else 'none':<12} "
-            f"{trip.seq if trip else '-':>3} {trip.connection if trip else '-':>4} "
-            f"{trip.status if trip else '-':<2} {trip.occurrence if trip else '-':>3} "
-            f"{'hung' if outcome.exit is None else outcome.exit:>4}  "
-            f"{(trip.statement if trip else '(clean run)')[:64]:<64} "
-            f"{sum(outcome.seconds.values()):5.1f}s {outcome.result}"
-        )
-    return "\n".join(lines)
-
-
-def assert_held(outcomes: list[Outcome], *, all_fired: bool = True) -> None:
-    """No run broke an invariant, and (`all_fired`: a named case) every fault fired. In an
-    enumeration a round trip of a timer thread (a lease renewal) may not come again in the
-    faulted run: it is listed `ok (not reached)` in the table."""
-    if all_fired:
-        assert [o.fault for o in outcomes if o.fault and not o.fired] == [], "a fault never fired"
-    broken = [(o.fault, o.violations, o.log) for o in outcomes if o.violations]
-    assert broken == [], broken
-
-
-def report(name: str, outcomes: list[Outcome]) -> str:
-    """Print the table and write it to var/faults/NAME.txt; return it."""
-    text = table(outcomes)
-    summary = summarize(outcomes)
-    text += "\n\n" + "\n".join(
-        f"{scenario} {kind}: {covered} round trips, {violations} violations"
-        for (scenario, kind), (covered, violations) in sorted(summary.items())
-    )
-    REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    (REPORT_DIR / f"{name}.txt").write_text(text + "\n")
-    print(text)
-    return text
-
-
-def summarize(outcomes: list[Outcome]) -> dict[tuple[str, str], tuple[int, int]]:
-    """(scenario, fault kind) -> (round trips faulted, runs with a violation)."""
-    summary: dict[tuple[str, str], tuple[int, int]] = {}
-    for outcome in outcomes:
-        if outcome.fault is None:
-            continue
-        key = (outcome.scenario, outcome.fault.kind)
-        covered, violations = summary.get(key, (0, 0))
-        summary[key] = (covered + 1, violations + bool(outcome.violations))
-    return summary
 
 
 __all__ = [
@@ -519,5 +394,6 @@ __all__ = [
     "assert_held",
     "faults_for",
     "report",
+    "summarize",
     "table",
 ]
