@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connection
 
 from jobs import registry, selectors, services
 from jobs.conf import get_config
@@ -22,7 +22,7 @@ from jobs.ledger import Done, Ledger, must_flush
 from jobs.producer import reconnecting
 from jobs.slots import Outcome
 from jobs.snoozing import spent_reason
-from project.reconnect import Reconnect, discard_broken_connection
+from project.reconnect import Reconnect, connection_lost, discard_broken_connection
 from project.redaction import redact_emails
 
 # Raised by a handler, these mean the process is stopping, not that the job failed: the
@@ -153,13 +153,29 @@ def settle(ledger: Ledger, summary: RunSummary) -> None:
     started, in one statement; count what the keeper thread did."""
     done, unstarted = ledger.take_done(), ledger.take_unstarted()
     if done or unstarted:
-        try:
-            step = services.job_runner_step(
+
+        def send() -> services.Step:
+            return services.job_runner_step(
                 worker=summary.worker,
                 done=ago(done),
                 release=[job.id for job in unstarted],
                 durable=bool(unstarted) or must_flush(done),
             )
+
+        resent = False
+        try:
+            try:
+                step = send()
+            except DatabaseError as exc:
+                # The drain's connection may have died on an earlier statement (the error
+                # that ended the drain): once more on a fresh one, or completions the
+                # handlers finished would be left to the reaper and run again (I21). Each
+                # write is guarded, so a first send that committed changes nothing.
+                if not connection_lost(exc) or connection.in_atomic_block:
+                    raise
+                connection.close()
+                resent = True
+                step = send()
         except DatabaseError:  # do not mask the error that stopped us
             discard_broken_connection()
             summary.lost += len(done)
@@ -171,7 +187,7 @@ def settle(ledger: Ledger, summary: RunSummary) -> None:
                 extra={"action": "jobs_release_failed"},
             )
         else:
-            count_completions(done, step.completed, summary, ledger.unsure)
+            count_completions(done, step.completed, summary, ledger.unsure, resent=resent)
             ledger.released += step.released
         ledger.sent(done)
     for job, completed in ledger.settled:

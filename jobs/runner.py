@@ -27,7 +27,7 @@ from jobs.completer import RunSummary, count_completions, record, settle
 from jobs.conf import get_config
 from jobs.keeper import Keeper
 from jobs.ledger import ASYNC, THREAD, Done, Ledger
-from jobs.producer import due_now, due_within, send_step, wait_until
+from jobs.producer import due_now, due_within, reconnecting, send_step, wait_until
 from jobs.slots import Executor
 from processes.beacon import doing, using_slots
 from project.reconnect import Reconnect
@@ -241,7 +241,7 @@ class _Drain:
                 and self.may_start()
                 and time.monotonic() >= self.poll_claim_at
             ):
-                queue_empty = not due_now()
+                queue_empty = not self.due_now()
                 if not queue_empty or ledger.done:
                     step = self.send_now(want if not queue_empty else 0)
                     if not queue_empty and step is not None:
@@ -382,7 +382,20 @@ class _Drain:
                 self.wake_others()
         return step
 
+    def due_now(self) -> bool:
+        """One read: is a job due? After a lost connection it reconnects as the drain's
+        other statements do (an error here once ended the drain, and the completions of the
+        slots still running were then left to the reaper: issue 37, point 5); False when it
+        gives up (stopping, or past the deadline)."""
+        return bool(reconnecting(due_now, self.reconnect, stop=self.stop, deadline=self.deadline))
+
     def due_within_linger(self) -> bool:
-        return due_within(
-            self.linger, self.config.linger_poll_seconds, stop=self.stop, deadline=self.deadline
-        )
+        return bool(
+            reconnecting(
+                lambda: due_within(
+                    self.linger, self.config.linger_poll_seconds, stop=self.stop,
+                    deadline=self.deadline,
+                ),
+                self.reconnect, stop=self.stop, deadline=self.deadline,
+            )
+        )  # fmt: skip

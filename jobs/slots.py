@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import select
 import threading
 import time
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import psycopg
 from django.db import connection, transaction
 from psycopg.pq import TransactionStatus
 
@@ -221,6 +223,33 @@ async def run_async(slot: Slot) -> Outcome:
     return Outcome(slot, "done")
 
 
+def drop_ended_connection() -> None:
+    """Before a slot thread's next job: close its connection if the server has ended it
+    since the last one (a restart, a failover, `pg_terminate_backend`), so the handler opens
+    a fresh one. A slot keeps its connection from job to job, and the handler's first query
+    on a dead one would fail its attempt: after a restart, one attempt per slot thread that
+    held a connection (a job could spend all of its attempts in a row that way). Nothing is
+    sent: an idle connection has nothing to read unless its server closed it (or wrote a
+    notice, which costs only a reconnect), so a zero-timeout `poll` tells."""
+    raw = connection.connection
+    if raw is None or connection.in_atomic_block:
+        return
+    try:
+        # poll(), not select(): a process with hundreds of async tasks has descriptors past
+        # select()'s 1024.
+        poller = select.poll()
+        poller.register(raw.fileno(), select.POLLIN | select.POLLPRI)
+        ended = raw.closed or bool(poller.poll(0))
+    except (OSError, ValueError, psycopg.Error):  # the socket is already closed
+        ended = True
+    if ended:
+        logger.info(
+            "a slot's database connection was ended by the server; it opens a new one",
+            extra={"action": "job_slot_reconnect"},
+        )
+        connection.close()
+
+
 def _arguments(slot: Slot) -> tuple:
     if not registry.takes_context(slot.job.kind):
         return (slot.job.payload,)
@@ -339,6 +368,7 @@ class Executor:
                     continue
                 if slot is None:
                     return
+                drop_ended_connection()
                 self._outcomes.put(run_sync(slot, worker=self.worker, units=self.units))
         finally:
             connection.close()

@@ -58,8 +58,10 @@ class CapsStart(JobsDrain):
         if table != WANTED:
             violations.append(f"jobs_kindcap is {table}, the code says {WANTED}")
         lines = [line.split() for line in _read(ctx["log"])]
-        starts = Counter(int(n) for what, n, _pid in lines if what == "start")
-        killed = [int(n) for what, n, pid in lines if what == "start" and int(pid) == killed_pid]
+        starts = Counter(int(n) for what, n, _pid, _at in lines if what == "start")
+        killed = [
+            int(n) for what, n, pid, _at in lines if what == "start" and int(pid) == killed_pid
+        ]
         in_flight = killed[-1] if killed else None
         jobs = {job.pk: job for job in Job.objects.filter(kind=KIND)}
         for n, pk in ctx["ids"].items():

@@ -8,10 +8,22 @@ import pytest
 
 from tests.faults.sweeps_scenario import NEW_PROPOSAL_SWEEP
 from tests.support.cluster import AwsServer
+from tests.support.fault_crash import django_on_cluster
 from tests.support.fault_harness import FaultHarness
+from tests.support.throwaway_pg import ThrowawayCluster
 
+# The runner's scenarios: the ones the crash harness runs (`crash_after`).
+RUNNER_MODULES = [
+    "tests.faults.handlers",
+    "tests.faults.slot_handlers",
+    "tests.faults.jobs_scenario",
+    "tests.faults.slots_scenario",
+    "tests.faults.caps_scenario",
+]
 SCENARIO_MODULES = [
     "tests.faults.handlers",
+    "tests.faults.slot_handlers",
+    "tests.faults.slots_scenario",
     "tests.faults.jobs_scenario",
     "tests.faults.intake_scenario",
     "tests.faults.relay_scenario",
@@ -56,3 +68,27 @@ def harness(_running_harness, transactional_db, tmp_path) -> FaultHarness:
     """The fault harness on this test's database (each run empties it first)."""
     _running_harness.workdir = tmp_path
     return _running_harness
+
+
+@pytest.fixture(scope="package")
+def _crash_harness(django_db_setup, tmp_path_factory) -> Iterator[FaultHarness]:
+    """A proxy and a fork server on a throwaway cluster of the test database's schema,
+    which the `crash_after` fault stops (`pg_ctl stop -m immediate`) and starts again
+    (issue 37, point 5): a few seconds to make, once for the tests of this folder."""
+    cluster = ThrowawayCluster().create()
+    try:
+        workdir = tmp_path_factory.mktemp("faults-crash")
+        with FaultHarness(modules=RUNNER_MODULES, workdir=workdir, cluster=cluster) as running:
+            yield running
+    finally:
+        cluster.destroy()
+
+
+@pytest.fixture
+def crash_harness(_crash_harness, transactional_db, tmp_path) -> Iterator[FaultHarness]:
+    """The fault harness on the throwaway cluster; this test's Django connection points
+    there while it runs (setup and check read the cluster), and back after."""
+    _crash_harness.workdir = tmp_path
+    assert _crash_harness.cluster is not None
+    with django_on_cluster(_crash_harness.cluster):
+        yield _crash_harness

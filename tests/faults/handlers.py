@@ -1,8 +1,9 @@
 """Job handlers of the runner's fault scenario (tests/faults/jobs_scenario.py).
 
-Each appends `start N PID` when it starts and `effect N PID` for its external effect to the
-file named in its payload (O_APPEND, one write per line), so the check can count how often
-each job ran and how often its effect happened, whichever process ran it.
+Each appends `start N PID TIME` when it starts and `effect N PID TIME` for its external
+effect to the file named in its payload (O_APPEND, one write per line; TIME is
+`time.time()`), so the check can count how often each job ran and how often its effect
+happened, whichever process ran it, and what ran before a crash of the server.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from jobs import handler
 def note(path: str, what: str, n: int) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, f"{what} {n} {os.getpid()}\n".encode())
+        os.write(fd, f"{what} {n} {os.getpid()} {time.time():.6f}\n".encode())
     finally:
         os.close(fd)
 

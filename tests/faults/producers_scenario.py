@@ -2,12 +2,17 @@
 `jobs_enqueue_unique`, a bulk insert with keys) and pruning (issue 38, point 9; I22).
 
 The pass: a key a live job holds already is enqueued again, a new key with a period after
-completion, a bulk insert of three keys (one of them the new key), then a prune. Recovery is
-what a producer does when it cannot tell whether its statement committed: it sends the same
-enqueues again, keyed, so a repeat inserts nothing; then the next prune. Invariants:
-- one job per key (k0, k1, k2, k3), queued, whatever committed twice;
-- pruning deleted exactly the rows past their retention (two old completed, one old
-  cancelled), kept the recent failed one and every queued job, and recorded a run.
+completion, a key whose period after completion ran out (its row still there), a key a
+pruned job still keeps (`unique_for`), a bulk insert of three keys (one of them the new
+key), then a prune in batches of one (old completed, failed and cancelled jobs, and the
+expired key). Recovery is what a producer does when it cannot tell whether its statement
+committed: it sends the same enqueues again, keyed, so a repeat inserts nothing; then the
+next prune. Invariants:
+- one job per key (k0 to k4), queued, whatever committed twice; k0's job never replaced;
+- no job for k5: the key a completed (and since pruned) job keeps answers with that job;
+- pruning deleted exactly the rows past their retention (two old completed, one old failed,
+  one old cancelled) and the expired key, kept the recent failed job, every queued job and
+  the key still in its period, and recorded a run.
 """
 
 from __future__ import annotations
@@ -21,17 +26,22 @@ from django.utils import timezone
 from model_bakery import baker
 
 import jobs
-from jobs.models import Job, JobPruneRun
+from jobs.models import Job, JobPruneRun, JobUniqueKey
 from jobs.pruning import jobs_prune
 from tests.support.fault_harness import Scenario
 
 KIND = "faults.unique"
-KEYS = ("k0", "k1", "k2", "k3")
+KEYS = ("k0", "k1", "k2", "k3", "k4")
+KEPT = "k5"  # its job completed with unique_for, and was pruned since: the key outlives it
 
 
 def _produce() -> None:
     jobs.enqueue(KIND, {"n": 0, "again": True}, unique_key="k0")
     jobs.enqueue(KIND, {"n": 1}, unique_key="k1", unique_for=600)
+    jobs.enqueue(KIND, {"n": 4}, unique_key="k4")  # its key's period ran out
+    kept = jobs.enqueue(KIND, {"n": 5}, unique_key=KEPT)
+    if kept.was_inserted:
+        raise AssertionError(f"{KEPT} inserted a job while a completed job keeps the key")
     jobs.enqueue_many(KIND, [{"n": 1}, {"n": 2}, {"n": 3}], unique_keys=["k1", "k2", "k3"])
 
 
@@ -50,9 +60,23 @@ class Producers(Scenario):
             *baker.make(Job, status="completed", completed_at=old, _quantity=2, **done),
             baker.make(Job, status="cancelled", cancelled_at=old, **done),
         ]
+        gone.append(baker.make(Job, status="failed", failed_at=old, **done))
         kept = [baker.make(Job, status="failed", failed_at=recent, **done)]
         live = jobs.enqueue(KIND, {"n": 0}, unique_key="k0")
-        return {"gone": [j.pk for j in gone], "kept": [j.pk for j in kept], "k0": live.pk}
+        hour = timedelta(hours=1)
+        expired = JobUniqueKey.objects.create(
+            kind=KIND, unique_key="k4", job_id=gone[0].pk, expires_at=timezone.now() - hour
+        )
+        keeps = JobUniqueKey.objects.create(
+            kind=KIND, unique_key=KEPT, job_id=gone[1].pk, expires_at=timezone.now() + hour
+        )
+        return {
+            "gone": [j.pk for j in gone],
+            "kept": [j.pk for j in kept],
+            "k0": live.pk,
+            "expired_key": expired.pk,
+            "kept_key": keeps.pk,
+        }
 
     def run(self, ctx: dict[str, Any]) -> None:
         _produce()
@@ -80,6 +104,13 @@ class Producers(Scenario):
             violations.append("a recent failed job was pruned")
         if not JobPruneRun.objects.exists():
             violations.append("no prune run recorded")
+        if per_key[KEPT]:
+            violations.append(f"{KEPT}: {per_key[KEPT]} jobs inserted while its key was kept")
+        keys = set(JobUniqueKey.objects.values_list("pk", flat=True))
+        if ctx["expired_key"] in keys:
+            violations.append("the expired unique key was not pruned")
+        if ctx["kept_key"] not in keys:
+            violations.append(f"the key {KEPT} was pruned within its period")
         return violations
 
 

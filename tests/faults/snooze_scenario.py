@@ -46,7 +46,7 @@ class SnoozeDrain(JobsDrain):
 
     def check(self, ctx: dict[str, Any], *, killed_pid: int | None) -> list[str]:
         lines = [line.split() for line in _read(ctx["log"])]
-        starts = Counter(int(n) for what, n, _pid in lines if what == "start")
+        starts = Counter(int(n) for what, n, _pid, *_ in lines if what == "start")
         rows = Counter(int(n) for n in get_user_model().objects.values_list("last_name", flat=True))
         violations = []
         for n, kind in JOBS:

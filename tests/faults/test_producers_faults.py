@@ -20,12 +20,17 @@ def _prune(trip) -> bool:
     return trip.statement.lstrip().startswith("DELETE FROM jobs_job WHERE")
 
 
+def _key_prune(trip) -> bool:
+    return trip.statement.lstrip().startswith("DELETE FROM jobs_jobuniquekey")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_unique_inserts_and_pruning_hold_under_a_fault_of_each_kind(harness):
     """The unique insert's answer is lost after it committed, and it is sent again: the
     repeat returns the job, inserts nothing. The bulk insert fails before it is sent, and
     the process is killed right after it: one job per key either way. A prune batch's answer
-    is lost: the next run deletes the rest, nothing more."""
+    is lost, and the process is killed right after the batch that deletes an expired unique
+    key: the next run deletes the rest, nothing more, and a key still in its period stays."""
     outcomes = harness.cases(
         PRODUCERS,
         [
@@ -33,6 +38,7 @@ def test_unique_inserts_and_pruning_hold_under_a_fault_of_each_kind(harness):
             (ERROR_BEFORE, _bulk_insert, 0),
             (KILL_AFTER, _bulk_insert, 0),
             (LOST_ANSWER, _prune, 0),
+            (KILL_AFTER, _key_prune, 0),
         ],
     )
     report("producers-named", outcomes)

@@ -6,7 +6,11 @@ records every round trip of every connection the process opens. Then, for each r
 round trip and each fault kind (error before; lost answer, for a round trip after which the
 server was idle, i.e. committed; kill after), it starts over on a fresh database: setup,
 the pass with that one fault, recovery as a fresh process would do it (the reaper, the next
-poll, the next sweep; no fault), and the scenario's invariants. Each pass runs in a child
+poll, the next sweep; no fault), and the scenario's invariants. A harness made with a
+`ThrowawayCluster` (tests/support/throwaway_pg.py) runs on that cluster instead of the test
+database, and can fault a fourth way: `crash_after`, PostgreSQL itself stopped with
+`pg_ctl stop -m immediate` right after the round trip, then started again (issue 37,
+point 5; the runner's scenarios). Each pass runs in a child
 forked from `fault_child`'s fork server, so a kill is a real SIGKILL of a real process.
 
 Nothing of ours is mocked: the code under test talks to the real test database through the
@@ -31,7 +35,10 @@ from typing import Any
 
 from django.db import connection
 
+from tests.support.fault_crash import CLUSTER_DATABASE, crash_and_restart
+from tests.support.fault_report import assert_held, report, summarize, table
 from tests.support.pg_faults import (
+    CRASH_AFTER,
     ERROR_BEFORE,
     FAULT_KINDS,
     KILL_AFTER,
@@ -41,8 +48,8 @@ from tests.support.pg_faults import (
     RoundTrip,
 )
 from tests.support.processes import PROJECT_ROOT, child_env
+from tests.support.throwaway_pg import ThrowawayCluster
 
-REPORT_DIR = PROJECT_ROOT / "var" / "faults"
 FIRED_FILE = "fault-fired"  # made in a run's folder when its fault cuts a connection
 RUN_TIMEOUT = 60.0  # seconds one phase of one run may take before it counts as hung
 # Seconds the fork server may take to answer with a child's pid: a hang guard, no measure.
@@ -69,11 +76,18 @@ class Scenario:
 
     def check(self, ctx: dict[str, Any], *, killed_pid: int | None) -> list[str]:
         """The invariants after recovery: one line per violation (`killed_pid`: the pass's
-        process, if the fault SIGKILLed it)."""
+        process, if the fault SIGKILLed it; after a `crash_after`, `ctx["crash"]` holds the
+        pass's `pid` and the `at` (time.time()) the server was stopped)."""
         raise NotImplementedError
 
     def child_settings(self, ctx: dict[str, Any]) -> dict[str, Any]:
         return dict(self.settings)
+
+    def crash_snapshot(self, conn: Any) -> Any:
+        """For `crash_after`: what to keep of the database (a psycopg connection of the
+        harness's own, autocommit) right before the crash and right after the restart;
+        `check` finds both in `ctx["crash"]` (`before`, `after`). JSON, or None."""
+        return None
 
     def in_child(self, phase: str, ctx: dict[str, Any]) -> None:
         from django.test.utils import override_settings
@@ -109,12 +123,26 @@ class FaultHarness:
     """The proxy, the fork server and a fresh database per run. Use as a context manager
     inside a `django_db(transaction=True)` test (it truncates the test database)."""
 
-    def __init__(self, *, modules: Iterable[str], workdir: Path, env: dict[str, str] | None = None):
+    def __init__(
+        self,
+        *,
+        modules: Iterable[str],
+        workdir: Path,
+        env: dict[str, str] | None = None,
+        cluster: ThrowawayCluster | None = None,
+    ):
         self.workdir = workdir
         self.modules = list(modules)
         self.extra_env = env or {}
-        params = connection.settings_dict
-        self.proxy = FaultProxy(params.get("HOST") or "127.0.0.1", int(params.get("PORT") or 5432))
+        self.cluster = cluster
+        self._crashed_at: float | None = None
+        if cluster is not None:
+            self.proxy = FaultProxy("127.0.0.1", cluster.port)
+        else:
+            params = connection.settings_dict
+            self.proxy = FaultProxy(
+                params.get("HOST") or "127.0.0.1", int(params.get("PORT") or 5432)
+            )
         self._zygote: subprocess.Popen | None = None
         self._buffer = b""
         self._pid: int | None = None
@@ -123,8 +151,11 @@ class FaultHarness:
 
     def __enter__(self) -> FaultHarness:
         self.proxy.__enter__()
-        params = connection.settings_dict
-        url = f"postgres://{params['USER']}@127.0.0.1:{self.proxy.port}/{params['NAME']}"
+        if self.cluster is not None:
+            url = f"postgres://postgres@127.0.0.1:{self.proxy.port}/{CLUSTER_DATABASE}"
+        else:
+            params = connection.settings_dict
+            url = f"postgres://{params['USER']}@127.0.0.1:{self.proxy.port}/{params['NAME']}"
         env = child_env(DATABASE_URL=url, PGSSLMODE="disable", PGGSSENCMODE="disable")
         env.update(self.extra_env)
         self._stderr = open(self.workdir / "fork-server.log", "ab")  # noqa: SIM115 - closed in __exit__
@@ -164,11 +195,25 @@ class FaultHarness:
         fired_file = rundir / FIRED_FILE
         ctx = scenario.setup(rundir)
         clock.lap("setup")
-        self.proxy.begin(fault, on_kill=self._kill, on_fire=fired_file.touch)
+        self._crashed_at = None
+        self._crash_snapshots: dict[str, Any] = {}
+        self._scenario = scenario
+        self.proxy.begin(
+            fault,
+            on_kill=self._kill,
+            on_fire=fired_file.touch,
+            on_crash=self._crash if self.cluster is not None else None,
+        )
         code = self._phase(scenario, "run", ctx, log)
         trips = self.proxy.end()
         clock.lap("run")
         fired = self.proxy.fired
+        if self._crashed_at is not None:
+            connection.close()  # this process's connection died with the server
+            ctx = {
+                **ctx,
+                "crash": {"pid": self._pid, "at": self._crashed_at, **self._crash_snapshots},
+            }
         self.proxy.begin(None)
         self.proxy.drop_all()  # what a killed or hung pass left open
         violations: list[str] = []
@@ -263,6 +308,18 @@ class FaultHarness:
         if self._pid_known.wait(10):
             os.kill(self._pid, signal.SIGKILL)
 
+    def _crash(self) -> None:
+        """The proxy's `crash_after`: stop the cluster at once (every server process
+        killed, what was only in its memory lost) and start it again (crash recovery), before
+        the pass sees the answer."""
+        assert self.cluster is not None
+        with self.cluster.connect() as conn:
+            self._crash_snapshots["before"] = self._scenario.crash_snapshot(conn)
+        self._crashed_at = time.time()
+        crash_and_restart(self.cluster)
+        with self.cluster.connect() as conn:
+            self._crash_snapshots["after"] = self._scenario.crash_snapshot(conn)
+
     def _read(self, timeout: float) -> dict | None:
         deadline = time.monotonic() + timeout
         out = self._zygote.stdout.fileno()
@@ -301,7 +358,9 @@ def scenario_attr(scenario: Scenario) -> str:
 def faults_for(trips: Iterable[RoundTrip], kinds: Iterable[str]) -> list[tuple[Fault, RoundTrip]]:
     """Each fault kind at each round trip it applies to: a lost answer only where the server
     was idle after it (committed or autocommit; inside a transaction, a lost connection is a
-    rollback, which `error_before` of the next round trip covers)."""
+    rollback, which `error_before` of the next round trip covers). A crash applies after
+    every round trip: inside a transaction it is that transaction's rollback and every other
+    connection's loss at once."""
     kinds = list(kinds)
     planned = []
     for trip in trips:
@@ -323,62 +382,8 @@ def reset_database() -> None:
         )
 
 
-def table(outcomes: list[Outcome]) -> str:
-    """Every (scenario, round trip, fault) run and its outcome, one line each."""
-    lines = [
-        f"{'scenario':<10} {'fault':<12} {'#':>3} {'conn':>4} {'st':<2} {'occ':>3} "
-        f"{'exit':>4}  {'statement':<64} {'time':>6} outcome"
-    ]
-    for outcome in outcomes:
-        trip, fault = outcome.trip, outcome.fault
-        lines.append(
-            f"{outcome.scenario:<10} {fault.kind if fault else 'none':<12} "
-            f"{trip.seq if trip else '-':>3} {trip.connection if trip else '-':>4} "
-            f"{trip.status if trip else '-':<2} {trip.occurrence if trip else '-':>3} "
-            f"{'hung' if outcome.exit is None else outcome.exit:>4}  "
-            f"{(trip.statement if trip else '(clean run)')[:64]:<64} "
-            f"{sum(outcome.seconds.values()):5.1f}s {outcome.result}"
-        )
-    return "\n".join(lines)
-
-
-def assert_held(outcomes: list[Outcome], *, all_fired: bool = True) -> None:
-    """No run broke an invariant, and (`all_fired`: a named case) every fault fired. In an
-    enumeration a round trip of a timer thread (a lease renewal) may not come again in the
-    faulted run: it is listed `ok (not reached)` in the table."""
-    if all_fired:
-        assert [o.fault for o in outcomes if o.fault and not o.fired] == [], "a fault never fired"
-    broken = [(o.fault, o.violations, o.log) for o in outcomes if o.violations]
-    assert broken == [], broken
-
-
-def report(name: str, outcomes: list[Outcome]) -> str:
-    """Print the table and write it to var/faults/NAME.txt; return it."""
-    text = table(outcomes)
-    summary = summarize(outcomes)
-    text += "\n\n" + "\n".join(
-        f"{scenario} {kind}: {covered} round trips, {violations} violations"
-        for (scenario, kind), (covered, violations) in sorted(summary.items())
-    )
-    REPORT_DIR.mkdir(parents=True, exist_ok=True)
-    (REPORT_DIR / f"{name}.txt").write_text(text + "\n")
-    print(text)
-    return text
-
-
-def summarize(outcomes: list[Outcome]) -> dict[tuple[str, str], tuple[int, int]]:
-    """(scenario, fault kind) -> (round trips faulted, runs with a violation)."""
-    summary: dict[tuple[str, str], tuple[int, int]] = {}
-    for outcome in outcomes:
-        if outcome.fault is None:
-            continue
-        key = (outcome.scenario, outcome.fault.kind)
-        covered, violations = summary.get(key, (0, 0))
-        summary[key] = (covered + 1, violations + bool(outcome.violations))
-    return summary
-
-
 __all__ = [
+    "CRASH_AFTER",
     "ERROR_BEFORE",
     "FAULT_KINDS",
     "KILL_AFTER",
@@ -389,5 +394,6 @@ __all__ = [
     "assert_held",
     "faults_for",
     "report",
+    "summarize",
     "table",
 ]

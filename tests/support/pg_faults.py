@@ -18,7 +18,16 @@ Faults, at one named round trip:
   sockets close before the answer is forwarded: the client sees an OperationalError;
 - `kill_after`: the request runs and the server answers, then `on_kill` (the harness
   SIGKILLs the process under test) before the answer is forwarded: the process died right
-  after the statement succeeded.
+  after the statement succeeded;
+- `crash_after` (issue 37, point 5; the runner's scenarios, on a throwaway cluster): the
+  request runs and the server answers, then `on_crash` (the harness stops PostgreSQL with
+  `pg_ctl stop -m immediate`, losing what was only in its memory, and starts it again),
+  then the answer is forwarded and the connection closed: the process saw its statement
+  succeed, and the server it succeeded on died right after. A commit made with
+  `synchronous_commit` off may be lost with it; a durable one must be there after the
+  restart. From the answer's arrival to the restart no other connection's request is
+  forwarded: a durable commit of another thread would otherwise flush the WAL of an
+  asynchronous one before the crash, and hide its loss.
 """
 
 from __future__ import annotations
@@ -35,7 +44,11 @@ from dataclasses import dataclass
 ERROR_BEFORE = "error_before"
 LOST_ANSWER = "lost_answer"
 KILL_AFTER = "kill_after"
+CRASH_AFTER = "crash_after"
+# The kinds every scenario is enumerated under; CRASH_AFTER needs a harness on a throwaway
+# cluster (FaultHarness(cluster=...)), so a scenario asks for it by name.
 FAULT_KINDS = (ERROR_BEFORE, LOST_ANSWER, KILL_AFTER)
+ALL_FAULT_KINDS = (*FAULT_KINDS, CRASH_AFTER)
 CONNECT = "<connect>"
 
 _UNTYPED_REQUESTS = {80877103, 80877104}  # SSLRequest, GSSENCRequest: answered by one byte
@@ -74,7 +87,7 @@ class Fault:
     occurrence: int
 
     def __post_init__(self) -> None:
-        if self.kind not in FAULT_KINDS:
+        if self.kind not in ALL_FAULT_KINDS:
             raise ValueError(f"unknown fault kind {self.kind!r}")
 
 
@@ -89,6 +102,8 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._open: set[socket.socket] = set()
+        self._forwarding = threading.Event()  # cleared while a crash_after stops the server
+        self._forwarding.set()
         self._thread = threading.Thread(target=self._accept, name="pg-fault-proxy", daemon=True)
         self._reset(None, None)
 
@@ -97,11 +112,13 @@ class FaultProxy:
         fault: Fault | None,
         on_kill: Callable[[], None] | None,
         on_fire: Callable[[], None] | None = None,
+        on_crash: Callable[[], None] | None = None,
     ) -> None:
         self.fault = fault
         self.fired = False
         self._on_kill = on_kill
         self._on_fire = on_fire
+        self._on_crash = on_crash
         self._log: list[list] = []  # [seq, connection, statement, occurrence, status]
         self._counts: dict[str, int] = {}
         self._connections = 0
@@ -121,11 +138,13 @@ class FaultProxy:
         fault: Fault | None = None,
         on_kill: Callable[[], None] | None = None,
         on_fire: Callable[[], None] | None = None,
+        on_crash: Callable[[], None] | None = None,
     ) -> None:
         """Start counting a new run; `fault` fires at its round trip (`on_fire` is called
-        when its connection is cut, e.g. so a scenario can act at that exact moment)."""
+        when its connection is cut, e.g. so a scenario can act at that exact moment;
+        `on_crash` stops and restarts the server, for `crash_after`)."""
         with self._lock:
-            self._reset(fault, on_kill, on_fire)
+            self._reset(fault, on_kill, on_fire, on_crash)
 
     def end(self) -> list[RoundTrip]:
         with self._lock:
@@ -182,6 +201,15 @@ class FaultProxy:
     def _kill(self) -> None:
         if self._on_kill is not None:
             self._on_kill()
+
+    def _crash(self) -> None:
+        if self._on_crash is None:
+            raise RuntimeError("a crash_after fault needs a harness on a throwaway cluster")
+        self._forwarding.clear()
+        try:
+            self._on_crash()
+        finally:
+            self._forwarding.set()
 
     def _cut(self) -> None:
         if self._on_fire is not None:
@@ -278,6 +306,8 @@ class _Pump:
         if fault == ERROR_BEFORE:
             self.proxy._cut()
             return False  # never forwarded: closing both rolls back what the session had
+        if statement != CONNECT:  # a backend left waiting for its start-up packet
+            self.proxy._forwarding.wait()  # held while a crash_after stops the server
         self.server.sendall(b"".join(messages))
         self.pending.append((entry, fault))
         return True
@@ -312,6 +342,13 @@ class _Pump:
                 self.proxy._cut()
                 return False
             if fault == LOST_ANSWER:
+                self.proxy._cut()
+                return False
+            if fault == CRASH_AFTER:
+                # The server dies with the answer on its way: the client gets it, then its
+                # connection ends (the server is already gone).
+                self.proxy._crash()
+                self.client.sendall(b"".join(answer))
                 self.proxy._cut()
                 return False
             self.client.sendall(b"".join(answer))

@@ -103,9 +103,12 @@ class ThrowawayCluster:
             "start",
         )
 
-    def crash(self) -> None:
+    def crash(self, timeout: float = 60) -> None:
         """Kill the server at once: whatever was only in its memory is lost."""
-        self._run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "stop")
+        self._run(
+            str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-t",
+            str(int(timeout)), "stop", timeout=timeout + 5,
+        )  # fmt: skip
 
     def destroy(self) -> None:
         try:
