@@ -176,9 +176,9 @@ def _bound_cursor() -> Any:
     """A cursor of the default connection whose parameters travel apart from the statement
     (psycopg's server-side binding, an unnamed statement: PgBouncer in transaction pooling
     keeps working, nothing is prepared by name). Django's cursors bind on the client, which
-    spelt every id and duration of the runner's arrays into the SQL text in Python: a fifth
-    of the drain thread's CPU (bench/against_pgqueuer.py, docs/performance.md). Wrapped as
-    Django wraps its own: the same errors, `execute_wrapper` hooks and query log."""
+    spells every id and duration of the runner's arrays into the SQL text in Python: 2-8 µs
+    of the worker's CPU per job (docs/performance.md, issue 37 point 4). Wrapped as Django
+    wraps its own: the same errors, `execute_wrapper` hooks and query log."""
     connection.ensure_connection()
     with connection.wrap_database_errors:
         raw = psycopg.Cursor(connection.connection)
