@@ -251,16 +251,8 @@ def load_average() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=20000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument(
-        "--one-row", action="store_true", help="also the bare loop claiming one row (slow)"
-    )
-    args = parser.parse_args()
-    ensure_database()
-    call_command("migrate", verbosity=0)  # every app: the triggers on jobs_job come from several
+def prepare_bare_table() -> None:
+    """The bare loops' table: jobs_job's shape, with only the wake-up triggers."""
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_bare_job")
         cursor.execute("CREATE TABLE bench_bare_job (LIKE jobs_job INCLUDING ALL)")
@@ -272,6 +264,24 @@ def main() -> None:
                 f"ON bench_bare_job REFERENCING {referencing} "
                 "FOR EACH STATEMENT EXECUTE FUNCTION jobs_job_notify_due()"
             )
+
+
+def drop_bare_table() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS bench_bare_job")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=20000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--one-row", action="store_true", help="also the bare loop claiming one row (slow)"
+    )
+    args = parser.parse_args()
+    ensure_database()
+    call_command("migrate", verbosity=0)  # every app: the triggers on jobs_job come from several
+    prepare_bare_table()
     dsn = dsn_from_settings()
     version = pgqueuer_version()
     runners = [

@@ -116,13 +116,15 @@ class Keeper(threading.Thread):
                         extra={"action": "jobs_given_back", "jobs": step.released},
                     )
                 release, done = [], []  # settled: nothing to keep below
-            for job, started in long:
-                # Not when its row is locked: then the reaper is taking it or the handler
+            if long:
+                # One statement for every slot that crossed the hold since the last tick.
+                # Not a row that is locked: then the reaper is taking it or the handler
                 # completing it, and the mark would only queue behind them.
-                services.job_mark_started(
-                    worker=self.worker, job_id=job.id, started_ago=time.monotonic() - started
+                now = time.monotonic()
+                services.jobs_mark_started(
+                    worker=self.worker, started=[(job.id, now - started) for job, started in long]
                 )
-                long = long[1:]
+                long = []
         except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: keep what is safe, try next tick
             discard_broken_connection()
             with ledger.lock:

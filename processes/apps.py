@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 from django.apps import AppConfig
@@ -17,8 +18,9 @@ class ProcessesConfig(AppConfig):
 
     def ready(self) -> None:
         """A forked child forgets its parent's beacon (the row is the parent's, and the beat
-        thread did not survive the fork); each django-q2 worker process registers itself as
-        it is spawned, so the operator sees it and the job it runs."""
+        thread did not survive the fork) and leaves the objects it inherited to the parent
+        (gc.freeze, tests/processes/test_fork_memory.py); each django-q2 worker process
+        registers itself as it is spawned, so the operator sees it and the job it runs."""
         global _armed
         get_config()  # a malformed setting fails at start-up
         if _armed:
@@ -30,5 +32,9 @@ class ProcessesConfig(AppConfig):
 
         from processes import beacon
 
-        os.register_at_fork(after_in_child=beacon.forget_after_fork)
+        # Issue 37, point 4 (memory): what is alive at a fork is frozen, so neither side's
+        # cyclic collections write to it again and a django-q2 worker keeps sharing its
+        # parent's pages (a worker with 1,000 async tasks in flight un-shared the whole
+        # inherited heap: the qcluster's PSS 1.74 x idle; bench/against_pgqueuer.py).
+        os.register_at_fork(before=gc.freeze, after_in_child=beacon.forget_after_fork)
         post_spawn.connect(beacon.register_spawned_worker, dispatch_uid="processes_post_spawn")

@@ -369,3 +369,18 @@ def _snooze_in_thread(payload: dict) -> None:
         _snooze_or_not(payload)
     finally:
         connection.close()
+
+
+@handler("tests.until_marked_started", atomic=False)
+def until_marked_started(payload: dict, job) -> None:
+    """Waits at a barrier of payload['parties'] (all running in this process's slots), then
+    until its own row shows its start (the keeper's mark of a job running longer than
+    JOBS_HOLD_UNSTARTED_SECONDS), 60 s at most; raises if the mark never comes."""
+    from jobs.models import Job
+
+    rendezvous(payload)
+    deadline = time.monotonic() + 60
+    while not Job.objects.filter(pk=job.id, started_at__isnull=False).exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"job {job.id} never marked started")
+        time.sleep(0.02)

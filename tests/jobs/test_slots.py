@@ -191,3 +191,49 @@ def test_kill_9_with_several_slots_busy_reruns_only_the_jobs_in_flight(
         n = int(line.split()[0])
         counts[n] = counts.get(n, 0) + 1
     assert counts == {n: (2 if n in blockers else 1) for n in range(1, 21)}
+
+
+MARK_STATEMENTS = """
+CREATE TABLE test_mark_statements (rows integer NOT NULL);
+CREATE FUNCTION test_count_mark_statements() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO test_mark_statements (rows)
+    SELECT count(*) FROM new_rows AS n JOIN old_rows AS o ON o.id = n.id
+    WHERE o.started_at IS NULL AND n.started_at IS NOT NULL
+      AND o.status = 'processing' AND n.status = 'processing'
+    HAVING count(*) > 0;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER test_count_mark_statements AFTER UPDATE ON jobs_job
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION test_count_mark_statements();
+"""
+
+
+def test_the_keeper_marks_the_starts_of_many_running_slots_in_one_statement(settings):
+    """Eight jobs run at once in eight slots, longer than JOBS_HOLD_UNSTARTED_SECONDS: the
+    keeper shows each one's start while it runs (each handler waits for its own row's
+    started_at), with one statement for the slots that crossed the hold together, not one
+    transaction of four round trips per job (5,000 async jobs of 1 s made 5,000 of them, one
+    after another: bench/against_pgqueuer.py). The starts are started together by a barrier:
+    at most two keeper ticks see them cross."""
+    settings.JOBS_CONCURRENCY = 8
+    settings.JOBS_HOLD_UNSTARTED_SECONDS = 0.5  # a keeper tick every 0.25 s
+    with connection.cursor() as cursor:
+        cursor.execute(MARK_STATEMENTS)
+    try:
+        for _n in range(8):
+            enqueue("tests.until_marked_started", {"name": "marks", "parties": 8})
+        summary = run_pending()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT rows FROM test_mark_statements")
+            statements = [rows for (rows,) in cursor.fetchall()]
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER test_count_mark_statements ON jobs_job")
+            cursor.execute("DROP FUNCTION test_count_mark_statements()")
+            cursor.execute("DROP TABLE test_mark_statements")
+
+    assert (summary.completed, summary.failed) == (8, 0), summary.errors
+    assert sum(statements) == 8, statements  # each job's start shown once, while it ran
+    assert len(statements) <= 2, statements
