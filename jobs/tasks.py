@@ -28,6 +28,12 @@ def run_due_jobs() -> dict:
         wake_others=lambda: request_wake(workers=config.cluster_workers),
         linger=config.linger_seconds,
     )
+    if summary.retire:
+        # A handler did not stop when asked (issue 37, point 6): django-q2 replaces this
+        # worker process once this task's result is back.
+        from jobs.retire import retire_qcluster_worker
+
+        retire_qcluster_worker(summary.hung)
     result = summary.as_dict()
     result.pop("errors")  # logged already; the django-q2 result row stays small
     return result

@@ -110,9 +110,10 @@ async def async_other(payload: dict) -> None:
 def never_returns(payload: dict, job) -> None:
     """Ignores the request to stop (a blocking call with no timeout): its process retires."""
     _touch(payload.get("started"), str(os.getpid()))
-    GATES[payload.get("name", "never") + ".started"].set()
+    name = payload.get("name", "never")
+    GATES[name + ".started"].set()
     deadline = time.monotonic() + payload.get("seconds", 120)
-    while time.monotonic() < deadline and not GATES[payload.get("name", "never") + ".release"].is_set():
+    while time.monotonic() < deadline and not GATES[name + ".release"].is_set():
         time.sleep(0.05)
 
 

@@ -15,8 +15,8 @@ from jobs import enqueue, run_pending
 from jobs.models import Job, JobAttempt
 from jobs.reaper import jobs_reap_stale
 from jobs.services import job_claim_batch, jobs_cancel, jobs_retry_now
-from jobs.stops import job_record_stopped
 from jobs.slots import STOP_CANCEL
+from jobs.stops import job_record_stopped
 from tests.jobs.stop_handlers import GATES, SEEN
 from tests.jobs.test_admin import _confirm
 from tests.support.processes import wait_until

@@ -35,9 +35,7 @@ def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def test_a_thread_handler_that_never_returns_retires_its_process_not_its_other_jobs(
-    env, tmp_path
-):
+def test_a_thread_handler_that_never_returns_retires_its_process_not_its_other_jobs(env, tmp_path):
     env["JOBS_STOP_GRACE_SECONDS"] = "0.5"
     env["JOBS_LEASE_SECONDS"] = "3"
     env["JOBS_HEARTBEAT_SECONDS"] = "0.5"
@@ -62,15 +60,13 @@ def test_a_thread_handler_that_never_returns_retires_its_process_not_its_other_j
     assert hung.status == Job.Status.PROCESSING  # never re-queued while it could still run
     assert hung.lease_expires_at is not None
     wait_until(lambda: timezone.now() > hung.lease_expires_at, "the lease run out", timeout=20)
-    assert [j.pk for j in jobs_reap_stale()] == [hung.pk]
+    assert [j.id for j in jobs_reap_stale()] == [hung.pk]
     hung.refresh_from_db()
     assert hung.status == Job.Status.QUEUED
     assert "timed out after 0.5 s" in JobAttempt.objects.get(job_id=hung.pk).error
 
 
-def test_sigterm_with_several_slots_busy_stops_them_and_never_reruns_a_finished_job(
-    env, tmp_path
-):
+def test_sigterm_with_several_slots_busy_stops_them_and_never_reruns_a_finished_job(env, tmp_path):
     env["JOBS_SHUTDOWN_GRACE_SECONDS"] = "1"
     env["JOBS_STOP_GRACE_SECONDS"] = "10"
     started, log, quick = tmp_path / "started", tmp_path / "log", tmp_path / "quick"
@@ -118,6 +114,6 @@ def test_sigterm_with_a_handler_that_ignores_the_stop_leaves_it_leased_and_exits
     hung.refresh_from_db()
     assert hung.status == Job.Status.PROCESSING and hung.lease_expires_at is not None
     wait_until(lambda: timezone.now() > hung.lease_expires_at, "the lease run out", timeout=20)
-    assert [j.pk for j in jobs_reap_stale()] == [hung.pk]
+    assert [j.id for j in jobs_reap_stale()] == [hung.pk]
     hung.refresh_from_db()
     assert (hung.status, hung.attempts) == (Job.Status.QUEUED, 1)

@@ -16,6 +16,7 @@ from jobs.kind_caps import kind_caps_line, kind_caps_sync
 from jobs.kind_rates import kind_rates_line, kind_rates_sync
 from jobs.periodic_scheduler import periodic_scheduler_running
 from jobs.periodic_ticks import checked_schedules
+from jobs.registry import check_timeouts
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
 from ops.demo import print_next_steps_again
@@ -47,6 +48,7 @@ class Command(DjangoQClusterCommand):
         # The `jobs.periodic` schedules, each kind with a handler, or no start (issue 38).
         schedules = checked_schedules()
         self.stdout.write(f"periodic schedules: {len(schedules)}")
+        check_timeouts()  # each kind's timeout must fit inside Q_TIMEOUT (issue 37, point 6)
         settings.SECRET_KEY  # noqa: B018 - as django-q2's command: refuse to start without it
         if options.get("cluster_name"):  # as django-q2's command: the broker's queue name
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
