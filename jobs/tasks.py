@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from jobs import lanes, reaper
+from jobs import cluster_stop, lanes, reaper
 from jobs.conf import get_config
 from jobs.pruning import jobs_prune
 from jobs.runner import run_pending
@@ -25,6 +25,7 @@ def run_due_jobs() -> dict:
     config = get_config()
     summary = run_pending(
         max_seconds=config.drain_seconds,
+        stop=cluster_stop.stop_event(),  # the qcluster's SIGTERM (issue 37, point 9)
         wake_others=lambda: request_wake(workers=config.cluster_workers),
         linger=config.linger_seconds,
     )

@@ -117,3 +117,68 @@ def test_sigterm_with_a_handler_that_ignores_the_stop_leaves_it_leased_and_exits
     assert [j.id for j in jobs_reap_stale()] == [hung.pk]
     hung.refresh_from_db()
     assert (hung.status, hung.attempts) == (Job.Status.QUEUED, 1)
+
+
+def _cluster_env(env: dict[str, str]) -> dict[str, str]:
+    return {**env, "Q_WORKERS": "1", "LOG_LEVEL": "INFO", "LOG_FORMAT": "text"}
+
+
+def test_a_qclusters_sigterm_reaches_its_drains_which_stop_their_busy_slots(env, tmp_path):
+    """`docker stop` signals the qcluster's main process only: its drains, in the worker
+    processes, stop claiming, give their running slots JOBS_SHUTDOWN_GRACE_SECONDS and then
+    ask them to stop, so the cluster stops in seconds, not after JOBS_DRAIN_SECONDS."""
+    from tests.jobs.test_wakeup import _qcluster
+
+    env = _cluster_env(env)
+    env["JOBS_SHUTDOWN_GRACE_SECONDS"] = "1"
+    started, log, quick = tmp_path / "started", tmp_path / "log", tmp_path / "quick"
+    with _qcluster(env, tmp_path / "qcluster.log") as cluster:
+        long = [
+            enqueue("tests.stop.slow_polite", {"n": n, "seconds": 120, "started": str(started),
+                                                "log": str(log)}, priority=5)
+            for n in range(3)
+        ]  # fmt: skip
+        wait_until(lambda: len(_lines(started)) == 3, "three slots busy", timeout=30)
+        done = [enqueue("tests.stop.quick", {"n": n, "log": str(quick)}) for n in range(3)]
+        wait_until(lambda: len(_lines(quick)) == 3, "the quick jobs done", timeout=30)
+        cluster.send_signal(signal.SIGTERM)  # the leader only, as docker stop does
+        cluster.wait(timeout=60)
+    assert sorted(_lines(log)) == ["stopped 0", "stopped 1", "stopped 2"]
+    for job in long:
+        job.refresh_from_db()
+        assert (job.status, job.locked_by) == (Job.Status.QUEUED, "")
+    for job in done:
+        job.refresh_from_db()
+        assert job.status == Job.Status.COMPLETED
+    assert sorted(_lines(quick)) == [f"quick {n}" for n in range(3)]  # each ran once
+    assert not Job.objects.filter(status=Job.Status.PROCESSING).exists()
+
+
+def test_a_qcluster_worker_with_a_hung_handler_is_replaced(env, tmp_path):
+    from tests.jobs.test_wakeup import _qcluster
+
+    env = _cluster_env(env)
+    env.update(JOBS_STOP_GRACE_SECONDS="0.5", JOBS_LEASE_SECONDS="3", JOBS_HEARTBEAT_SECONDS="0.5")
+    started, log, pid_file = tmp_path / "started", tmp_path / "log", tmp_path / "pid"
+    qlog = tmp_path / "qcluster.log"
+    with _qcluster(env, qlog):
+        hung = enqueue("tests.stop.never_returns", {"started": str(pid_file)}, priority=10)
+        busy = enqueue("tests.stop.slow_polite", {"n": 0, "seconds": 2, "started": str(started),
+                                                  "log": str(log)}, priority=5)  # fmt: skip
+        wait_until(lambda: _lines(started) and _lines(pid_file), "two slots busy", timeout=30)
+        wait_until(lambda: "retiring this process" in qlog.read_text(), "the worker retiring")
+        pid = int(_lines(pid_file)[0])
+        # The replacement takes new work; the hung handler's process is gone.
+        later = enqueue("tests.stop.quick", {"n": 1, "log": str(log)})
+        wait_until(
+            lambda: Job.objects.get(pk=later.pk).status == Job.Status.COMPLETED,
+            "a job started by the replacement worker",
+            timeout=30,
+        )
+        wait_until(lambda: not Path(f"/proc/{pid}").exists(), "the retired worker gone", timeout=20)
+    busy.refresh_from_db()
+    assert busy.status == Job.Status.COMPLETED
+    hung.refresh_from_db()
+    assert hung.status == Job.Status.PROCESSING
+    wait_until(lambda: timezone.now() > hung.lease_expires_at, "the lease run out", timeout=20)
+    assert [j.id for j in jobs_reap_stale()] == [hung.pk]
