@@ -58,5 +58,9 @@ def prune_completed_jobs() -> int:
     """Delete completed, failed and cancelled jobs past their retention (JOBS_RETENTION_DAYS,
     JOBS_FAILED_RETENTION_DAYS, JOBS_CANCELLED_RETENTION_DAYS) and expired unique keys;
     return how many rows. The name is the schedule's since before issue 38 (ops/schedules.py:
-    a rename would leave the stored schedule pointing nowhere)."""
+    a rename would leave the stored schedule pointing nowhere). Also the JobStop rows older
+    than a day (issue 37: only the last hour's are read)."""
+    from jobs.stops import jobs_prune_stops
+
+    jobs_prune_stops()
     return jobs_prune().total
