@@ -22,14 +22,14 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connection
 
-from jobs import registry, services, stops
+from jobs import registry, services
 from jobs.completer import RunSummary, count_completions, record, settle
 from jobs.conf import get_config
 from jobs.keeper import Keeper
 from jobs.ledger import ASYNC, THREAD, Done, Ledger
 from jobs.producer import due_now, due_within, reconnecting, send_step, wait_until
 from jobs.slots import Executor
-from jobs.stopping import Supervisor, retire_inline
+from jobs.stopping import Supervisor, give_up_hung, retire_inline
 from processes.beacon import doing, using_slots
 from project.reconnect import Reconnect
 
@@ -114,7 +114,7 @@ def run_pending(
         finally:
             doing("")  # issue 20 hook: idle again in the process registry
             keeper.stop()  # no statement of its own from here on
-            drain.give_up_hung()
+            give_up_hung(executor, summary, config, drain.record_all)
             settle(ledger, summary)
             drain.report_slots()  # none in use now
             executor.shutdown()
@@ -332,7 +332,7 @@ class _Drain:
         completer.settle)."""
         executor = self.executor
         while not executor.inline and any(not slot.hung for slot in executor.running()):
-            self._record_all(executor.collect(timeout=0.2))
+            self.record_all(executor.collect(timeout=0.2))
             if self.ledger.done:
                 try:
                     self.send_now(0)
@@ -344,29 +344,7 @@ class _Drain:
                         extra={"action": "jobs_send_failed"},
                     )
 
-    def give_up_hung(self) -> None:
-        """After the other slots ended: record a hung handler that returned meanwhile; leave
-        the jobs of those still running to the reaper (a short lease, the reason written)
-        and mark the process to retire (jobs/stops.py: job_give_up; jobs/retire.py)."""
-        executor = self.executor
-        if not executor.hung.is_set():
-            return
-        self._record_all(executor.collect(timeout=0))
-        for slot in executor.running():
-            if not slot.hung:
-                continue
-            kept = stops.job_give_up(
-                job=slot.job,
-                worker=self.summary.worker,
-                reason=slot.stop_reason or stops.STOP_TIMEOUT,
-                seconds=slot.timeout,
-                grace=self.config.stop_grace_seconds,
-            )
-            if kept:
-                self.summary.hung.append(slot.job.id)
-        self.summary.retire = True
-
-    def _record_all(self, outcomes: list) -> None:
+    def record_all(self, outcomes: list) -> None:
         for outcome in outcomes:
             try:
                 record(outcome, self.ledger, self.summary, self.reconnect, stop=self.stop,

@@ -25,11 +25,12 @@ import time
 from collections.abc import Callable
 
 from jobs import services
+from jobs.completer import RunSummary
 from jobs.conf import Config
 from jobs.keeper import ago
 from jobs.ledger import Ledger
 from jobs.retire import EXIT_RETIRED
-from jobs.slots import Executor, Slot
+from jobs.slots import Executor, Outcome, Slot
 from jobs.stops import (
     STOP_CANCEL,
     STOP_SHUTDOWN,
@@ -140,6 +141,30 @@ def _log(slot: Slot, action: str, what: str) -> None:
             "attempt": slot.job.attempts,
         },
     )
+
+
+def give_up_hung(
+    executor: Executor,
+    summary: RunSummary,
+    config: Config,
+    record_all: Callable[[list[Outcome]], object],
+) -> None:
+    """At a drain's end, after its other slots ended: record a hung handler that returned
+    meanwhile; leave the jobs of those still running to the reaper (a short lease, the
+    reason written: `job_give_up`) and mark the process to retire (jobs/retire.py)."""
+    if not executor.hung.is_set():
+        return
+    record_all(executor.collect(timeout=0))
+    for slot in executor.running():
+        if slot.hung and job_give_up(
+            job=slot.job,
+            worker=summary.worker,
+            reason=slot.stop_reason or STOP_TIMEOUT,
+            seconds=slot.timeout,
+            grace=config.stop_grace_seconds,
+        ):
+            summary.hung.append(slot.job.id)
+    summary.retire = True
 
 
 def retire_inline(executor: Executor, ledger: Ledger, worker: str, config: Config) -> None:

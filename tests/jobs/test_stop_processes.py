@@ -66,6 +66,34 @@ def test_a_thread_handler_that_never_returns_retires_its_process_not_its_other_j
     assert "timed out after 0.5 s" in JobAttempt.objects.get(job_id=hung.pk).error
 
 
+def test_with_one_slot_a_handler_that_never_returns_retires_its_process_too(env, tmp_path):
+    """JOBS_CONCURRENCY=1: the drain's own thread runs the handler, so its keeper gives back
+    the batch's unstarted claims, leaves the hung job to the reaper and ends the process."""
+    env.update(
+        JOBS_CONCURRENCY="1",
+        JOBS_STOP_GRACE_SECONDS="0.5",
+        JOBS_LEASE_SECONDS="3",
+        JOBS_HEARTBEAT_SECONDS="0.5",
+    )
+    started = tmp_path / "started"
+    hung = enqueue("tests.stop.never_returns", {"started": str(started)}, priority=10)
+    behind = [enqueue("tests.stop.quick", {"n": n}) for n in range(3)]
+    with killed_on_exit(spawn_manage_py("run_jobs", env=env)) as worker:
+        out, err = worker.communicate(timeout=60)  # it exits by itself
+    assert worker.returncode == 3, err
+    assert "retiring this process" in err + out
+    for job in behind:  # given back unstarted, their attempt undone (or run meanwhile)
+        job.refresh_from_db()
+        assert job.status in (Job.Status.QUEUED, Job.Status.COMPLETED)
+        assert job.locked_by == ""
+    hung.refresh_from_db()
+    assert hung.status == Job.Status.PROCESSING
+    wait_until(lambda: timezone.now() > hung.lease_expires_at, "the lease run out", timeout=20)
+    assert [j.id for j in jobs_reap_stale()] == [hung.pk]
+    hung.refresh_from_db()
+    assert "timed out after 0.5 s" in JobAttempt.objects.get(job_id=hung.pk).error
+
+
 def test_sigterm_with_several_slots_busy_stops_them_and_never_reruns_a_finished_job(env, tmp_path):
     env["JOBS_SHUTDOWN_GRACE_SECONDS"] = "1"
     env["JOBS_STOP_GRACE_SECONDS"] = "10"
