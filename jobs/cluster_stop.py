@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import mmap
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,17 +37,19 @@ def close_flag() -> None:
         _flag = None
 
 
-class ClusterStop:
-    """The shared byte as the runner's `stop` event: `is_set`, `wait`, `set`."""
+class ClusterStop(threading.Event):
+    """The shared byte as the runner's `stop` event (`is_set`, `wait`, `set` read and write
+    the byte; the Event's own state is unused)."""
 
     def __init__(self, flag: mmap.mmap) -> None:
-        self._flag = flag
+        super().__init__()
+        self._shared = flag
 
     def is_set(self) -> bool:
-        return self._flag[0] == 1
+        return self._shared[0] == 1
 
     def set(self) -> None:
-        self._flag[0] = 1
+        self._shared[0] = 1
 
     def wait(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
