@@ -381,6 +381,7 @@ class Executor:
         self._jobs: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
         self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._beat_posted: float | None = None  # a beat posted to the loop, not run yet
         self._loop_thread: threading.Thread | None = None
 
     def start(self, job: services.ClaimedJob, started: float) -> Slot:
@@ -423,6 +424,24 @@ class Executor:
             if not outcome.slot.is_async and not self.inline:
                 self._sync_running -= 1
         return outcomes
+
+    def loop_stalled_for(self) -> float:
+        """Seconds the event loop has not run the beat last posted to it (0 while it keeps
+        up, or without a loop): an async handler's synchronous code blocks it, and with it
+        every other task on it, a cancel included. Posts the next beat when the last ran."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return 0.0
+        now = time.monotonic()
+        posted = self._beat_posted
+        if posted is None:
+            self._beat_posted = now
+            loop.call_soon_threadsafe(self._beat)
+            return 0.0
+        return now - posted
+
+    def _beat(self) -> None:
+        self._beat_posted = None
 
     def running(self) -> list[Slot]:
         """The slots running now (a copy: the keeper's supervisor reads it)."""

@@ -33,6 +33,7 @@ from jobs.retire import EXIT_RETIRED
 from jobs.slots import Executor, Outcome, Slot
 from jobs.stops import (
     STOP_CANCEL,
+    STOP_LOOP_BLOCKED,
     STOP_SHUTDOWN,
     STOP_TIMEOUT,
     job_give_up,
@@ -93,9 +94,37 @@ class Supervisor:
             for slot in slots:
                 if slot.job.id in cancelled and slot.request_stop(STOP_CANCEL):
                     _log(slot, "job_cancel_seen", "was cancelled by an operator while running")
+        self._loop_blocked(slots, now)
         if self.on_hung is not None and self.executor.hung.is_set():
             on_hung, self.on_hung = self.on_hung, None
             on_hung()
+
+    def _loop_blocked(self, slots: list[Slot], now: float) -> None:
+        """An async handler asked to stop, and the event loop has run nothing for the grace:
+        its synchronous code blocks the loop, so no cancel can land and no other task on it
+        can end. Every async slot is given up with it (the others' reason: the blocked loop),
+        rather than waiting out their own timeouts on a loop that does not run."""
+        stalled = self.executor.loop_stalled_for()
+        if stalled < self.grace:
+            return
+        asked = [s for s in slots if s.is_async and s.asked_at is not None]
+        if not any(now - s.asked_at >= self.grace for s in asked if s.asked_at is not None):
+            return
+        waiting = [s for s in slots if s.is_async and not s.hung]
+        if not waiting:
+            return
+        logger.error(
+            "the event loop of this process has run nothing for %.1f s after job(s) %s were "
+            "asked to stop: an async handler is blocking it with synchronous code; its %s "
+            "async job(s) are given up with it and the process retires",
+            stalled,
+            ", ".join(f"#{s.job.id} {s.job.kind}" for s in asked),
+            len(waiting),
+            extra={"action": "jobs_event_loop_blocked", "jobs": [s.job.id for s in waiting]},
+        )
+        for slot in waiting:
+            slot.request_stop(STOP_LOOP_BLOCKED)
+            self._hung(slot)
 
     def _hung(self, slot: Slot) -> None:
         slot.hung = True

@@ -29,6 +29,9 @@ Status = Job.Status
 
 # Why the runner asked a handler to stop (Slot.stop_reason, JobContext.stop_reason).
 STOP_TIMEOUT, STOP_CANCEL, STOP_SHUTDOWN = "timeout", "cancel", "shutdown"
+# Another async handler blocked the event loop this one runs on past the grace: its process
+# retires with it, and this job is re-run (it did not time out, nor fail).
+STOP_LOOP_BLOCKED = "loop_blocked"
 
 
 def stop_error(reason: str, *, seconds: float | None) -> BaseException:
@@ -38,6 +41,11 @@ def stop_error(reason: str, *, seconds: float | None) -> BaseException:
         return JobTimedOut(f"timed out after {seconds:g} s")
     if reason == STOP_CANCEL:
         return JobCancelled("cancelled while running, by an operator")
+    if reason == STOP_LOOP_BLOCKED:
+        return WorkerStopping(
+            "stopped: the event loop was blocked (by another handler's synchronous code, on "
+            "the loop this job ran on), and its process retired"
+        )
     return WorkerStopping("stopped: its worker process was shutting down (SIGTERM)")
 
 

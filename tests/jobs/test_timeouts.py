@@ -191,3 +191,36 @@ def test_a_timeout_that_cannot_fit_inside_q_timeout_is_refused_naming_the_kind(s
     settings.JOBS_DEFAULT_TIMEOUT_SECONDS = 60
     with pytest.raises(ImproperlyConfigured, match="JOBS_DEFAULT_TIMEOUT_SECONDS"):
         check_timeouts()
+
+
+def test_an_event_loop_blocked_past_the_grace_retires_the_drain_naming_the_cause(slots, caplog):
+    """An `async def` handler blocks the loop and never yields: no cancel can land, and the
+    loop's other tasks cannot run either. The drain does not wait out their own timeouts:
+    once the loop has not run for JOBS_STOP_GRACE_SECONDS after the blocker was asked to
+    stop, it stops claiming, lets its thread slots finish and retires; the other async job
+    is left to the reaper saying the loop was blocked (not that it timed out)."""
+    caplog.set_level(logging.INFO, logger="jobs")
+    slots.JOBS_STOP_GRACE_SECONDS = 0.5
+    blocker = enqueue("tests.stop.async_blocks_loop", {"name": "b"}, priority=10)
+    other = enqueue("tests.stop.async_polite", {"name": "x"}, priority=5)  # timeout 30 s
+    threaded = enqueue("tests.stop.gated", {"name": "g"}, priority=1)
+    result: dict = {}
+    thread = drain_in_thread(result)
+    try:
+        assert GATES["b.started"].wait(20) and GATES["g.started"].wait(20)
+        wait_until(lambda: _logged(caplog, "jobs_event_loop_blocked"), "the blocked loop seen")
+        GATES["g.release"].set()
+        thread.join(30)
+        assert not thread.is_alive()
+    finally:
+        GATES["b.release"].set()
+    summary = result["summary"]
+    assert summary.retire and sorted(summary.hung) == sorted([blocker.pk, other.pk])
+    threaded.refresh_from_db()
+    assert threaded.status == Job.Status.COMPLETED
+    blocker.refresh_from_db()
+    other.refresh_from_db()
+    assert (blocker.status, other.status) == (Job.Status.PROCESSING, Job.Status.PROCESSING)
+    assert "timed out after 0.3 s" in blocker.last_error
+    assert "event loop was blocked" in other.last_error
+    assert "timed out" not in other.last_error
