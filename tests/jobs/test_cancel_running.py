@@ -158,3 +158,28 @@ def test_the_admins_cancel_of_a_running_job_asks_first_then_stops_it(slots, admi
     finally:
         thread.join(60)
     _ends_cancelled(job)
+
+
+def test_the_jobs_cancel_command_cancels_a_running_job_and_names_what_it_did(slots, capsys):
+    from django.core.management import CommandError, call_command
+
+    done = enqueue("tests.stop.quick", {"name": "q"})
+    run_pending()
+    queued = enqueue("tests.stop.quick", {"name": "later"}, run_after=None)
+    job = enqueue("tests.stop.thread_waits", {"name": "t"}, priority=10)
+    result: dict = {}
+    thread = drain_in_thread(result, limit=1)
+    try:
+        assert GATES["t.started"].wait(20)
+        call_command("jobs_cancel", str(job.pk), str(done.pk), str(queued.pk))
+        out = capsys.readouterr().out
+        assert f"job #{job.pk}: running: its worker is asked to stop it" in out
+        assert f"job #{done.pk}: completed: nothing to cancel" in out
+        assert f"job #{queued.pk}: cancelled (was queued)" in out
+        with pytest.raises(CommandError, match=f"no job with id {10**12}"):
+            call_command("jobs_cancel", str(10**12))
+        wait_until(lambda: SEEN.get("t.asked") is True, "the handler asked to stop", timeout=20)
+        GATES["t.hold"].set()
+    finally:
+        thread.join(60)
+    _ends_cancelled(job)
