@@ -210,3 +210,14 @@ def test_a_qcluster_worker_with_a_hung_handler_is_replaced(env, tmp_path):
     assert hung.status == Job.Status.PROCESSING
     wait_until(lambda: timezone.now() > hung.lease_expires_at, "the lease run out", timeout=20)
     assert [j.id for j in jobs_reap_stale()] == [hung.pk]
+
+
+@pytest.mark.parametrize("command", [("run_jobs", "--burst"), ("qcluster",)])
+def test_a_timeout_that_cannot_fit_inside_q_timeout_stops_the_start_naming_the_kind(env, command):
+    env.update(Q_TIMEOUT="100", JOBS_DRAIN_SECONDS="80")  # 80 + 30 + 10 + 5 > 100
+    with killed_on_exit(spawn_manage_py(*command, env=env)) as process:
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == 1, out + err
+    [line] = [line for line in err.splitlines() if "Q_TIMEOUT=100" in line]
+    assert line.startswith("CommandError: configuration error: job kind 'tests.stop.")
+    assert "Traceback" not in err

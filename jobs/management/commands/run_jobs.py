@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from django.core.management.base import BaseCommand
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError
 
 from jobs import registry
 from jobs.conf import get_config
@@ -33,9 +34,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, burst: bool, limit: int | None, **options):
         self._limit = limit
+        try:  # a timeout that cannot fit inside Q_TIMEOUT, named (issue 37): one line
+            check_timeouts()
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"configuration error: {exc}") from exc
         # Slots a kind keeps for itself must fit the slots (issue 37, point 3).
         registry.check_reservations_at_start()
-        check_timeouts()  # a timeout that cannot fit inside Q_TIMEOUT, named (issue 37)
         # The handlers' caps per kind, as this release's code says (issue 37, point 2).
         self.stdout.write(kind_caps_line(kind_caps_sync()))
         self.stdout.write(kind_rates_line(kind_rates_sync()))  # issue 38, point 3

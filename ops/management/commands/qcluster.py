@@ -7,6 +7,8 @@ schedules' ticks (jobs/periodic_scheduler.py)."""
 import os
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import CommandError
 from django.db import connections
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
@@ -32,6 +34,10 @@ class Command(DjangoQClusterCommand):
     )
 
     def handle(self, *args, **options):
+        try:  # each kind's timeout must fit inside Q_TIMEOUT (issue 37, point 6): one line
+            check_timeouts()
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"configuration error: {exc}") from exc
         counts = ensure_schedules()
         self.stdout.write(
             "schedules: {created} created, {updated} updated, {unchanged} unchanged".format(
@@ -48,7 +54,6 @@ class Command(DjangoQClusterCommand):
         # The `jobs.periodic` schedules, each kind with a handler, or no start (issue 38).
         schedules = checked_schedules()
         self.stdout.write(f"periodic schedules: {len(schedules)}")
-        check_timeouts()  # each kind's timeout must fit inside Q_TIMEOUT (issue 37, point 6)
         settings.SECRET_KEY  # noqa: B018 - as django-q2's command: refuse to start without it
         if options.get("cluster_name"):  # as django-q2's command: the broker's queue name
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
