@@ -165,7 +165,8 @@ def _record_stop(
     outcome: Outcome, summary: RunSummary, reconnect: Reconnect, *, deadline: float | None
 ) -> None:
     """The attempt of a handler asked to stop, now that it has returned: cancelled, or
-    retried / failed with "timed out after N s", or re-queued at once (its process stops)."""
+    retried / failed with "timed out after N s", or queued again at once with its attempt
+    given back (its process stops)."""
     slot, job = outcome.slot, outcome.job
     reason = slot.stop_reason
     assert reason is not None

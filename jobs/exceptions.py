@@ -88,5 +88,5 @@ class JobCancelled(JobError):
 
 class WorkerStopping(JobError):
     """Recorded for a job its process asked to stop because the process is stopping (SIGTERM,
-    issue 37, point 9): re-queued without delay, like a KeyboardInterrupt: the worker
-    stopped, the job did not fail."""
+    issue 37, point 9), or whose event loop another handler blocked: queued again at once
+    with its attempt given back (jobs/stops.py): the worker stopped, the job did not fail."""

@@ -35,7 +35,7 @@ from django.db.models.functions import Coalesce, Greatest, Now
 
 from jobs.conf import get_config
 from jobs.enqueueing import enqueue, enqueue_many  # noqa: F401 - enqueue's home until issue 38
-from jobs.exceptions import LeaseLost, PermanentJobError, Snooze, WorkerStopping
+from jobs.exceptions import LeaseLost, PermanentJobError, Snooze
 from jobs.models import Job
 from project.backoff import retry_delay
 from project.pg_text import without_nul
@@ -355,8 +355,7 @@ def job_record_failure(
         fields.update(status=Status.FAILED, failed_at=Now())
     else:
         outcome = "retried"
-        # WorkerStopping: its process asked it to stop on SIGTERM (issue 37, point 9)
-        stopping = isinstance(exc, KeyboardInterrupt | SystemExit | WorkerStopping)
+        stopping = isinstance(exc, KeyboardInterrupt | SystemExit)
         delay = 0.0 if stopping else job_retry_delay(job.attempts)
         fields.update(status=Status.QUEUED, run_after=_db_now_plus(delay))
     with transaction.atomic():

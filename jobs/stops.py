@@ -59,12 +59,14 @@ def job_record_stopped(
     cause: BaseException | None = None,
 ) -> str:
     """Record the end of an attempt whose handler was asked to stop and has now returned (or
-    raised): 'cancelled', or as a failure 'retried' / 'failed' ("timed out after N s"; a
-    process stopping re-queues without delay), or 'lost' when the row is no longer this
-    attempt's. A cancel requested meanwhile wins over a timeout or a stop."""
+    raised): 'cancelled', or as a failure 'retried' / 'failed' ("timed out after N s"), or,
+    its process stopping, 'retried' at once with the attempt given back; 'lost' when the
+    row is no longer this attempt's. A cancel requested meanwhile wins over the others."""
     with transaction.atomic():
         if reason == STOP_CANCEL or _cancel_requested(job, worker):
             return _record_cancelled(job=job, worker=worker, started_ago=started_ago)
+        if reason in (STOP_SHUTDOWN, STOP_LOOP_BLOCKED):
+            return _given_back(job=job, worker=worker, reason=reason)
         exc = stop_error(reason, seconds=seconds)
         exc.__cause__ = cause
         outcome = services.job_record_failure(
@@ -109,6 +111,27 @@ def _record_cancelled(*, job: services.ClaimedJob, worker: str, started_ago: flo
         return "lost"
     _stopped(job, JobStop.Reason.CANCEL)
     return "cancelled"
+
+
+def _given_back(*, job: services.ClaimedJob, worker: str, reason: str) -> str:
+    """Its process stopped it (SIGTERM, or another handler blocked its event loop): queued
+    again at once with its attempt given back, as an unstarted claim's is: the job did not
+    fail, and a deploy must not fail a job on its last attempt. Its history row says
+    `released`, with the reason. 'retried', or 'lost' when the row is no longer this
+    attempt's."""
+    error = services.format_error(stop_error(reason, seconds=None)).split("\n", 1)[0]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            UPDATE {Job._meta.db_table}
+            SET status = '{Status.QUEUED}', attempts = attempts - 1,
+                run_after = clock_timestamp(), locked_by = '', lease_expires_at = NULL,
+                last_error = %s
+            WHERE id = %s AND locked_by = %s AND status = '{Status.PROCESSING}' AND attempts = %s
+            """,
+            [f"{error} (attempt {job.attempts}, given back)", job.id, worker, job.attempts],
+        )
+        return "retried" if cursor.rowcount == 1 else "lost"
 
 
 def _requested_at(job_id: int) -> str:

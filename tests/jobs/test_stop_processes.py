@@ -99,10 +99,14 @@ def test_sigterm_with_several_slots_busy_stops_them_and_never_reruns_a_finished_
     env["JOBS_STOP_GRACE_SECONDS"] = "10"
     started, log, quick = tmp_path / "started", tmp_path / "log", tmp_path / "quick"
     long = [
-        enqueue("tests.stop.slow_polite", {"n": n, "seconds": 30, "started": str(started),
-                                            "log": str(log)}, priority=5)
+        enqueue(
+            "tests.stop.slow_polite",
+            {"n": n, "seconds": 30, "started": str(started), "log": str(log)},
+            priority=5,
+            max_attempts=n + 1,
+        )
         for n in range(3)
-    ]  # fmt: skip
+    ]  # fmt: skip  (the first on its only attempt: a deploy must not fail it)
     done = [enqueue("tests.stop.quick", {"n": n, "log": str(quick)}) for n in range(5)]
     with killed_on_exit(spawn_manage_py("run_jobs", env=env)) as worker:
         wait_until(lambda: len(_lines(started)) == 3, "three slots busy", timeout=30)
@@ -114,8 +118,10 @@ def test_sigterm_with_several_slots_busy_stops_them_and_never_reruns_a_finished_
     assert sorted(_lines(log)) == ["stopped 0", "stopped 1", "stopped 2"]
     for job in long:
         job.refresh_from_db()
-        # Given back to run again at once: the worker stopped, the job did not fail.
+        # Given back to run again at once, its attempt with it: the worker stopped, the job
+        # did not fail (the one on its only attempt is not failed by a deploy).
         assert (job.status, job.locked_by, job.lease_expires_at) == (Job.Status.QUEUED, "", None)
+        assert job.attempts == 0
         assert job.run_after <= timezone.now()
         assert "stopped" in JobAttempt.objects.get(job_id=job.pk).error
     for job in done:
