@@ -43,3 +43,17 @@ async def async_sleep_1s(payload: dict) -> None:
 @handler("bench.rated_20", rate="20/s")
 def rated_20(payload: dict) -> None:
     """A no-op limited to 20 starts a second for the whole deployment (bench/rates.py)."""
+
+
+@handler("bench.wait_for_stop", atomic=False, timeout=120)
+def wait_for_stop(payload: dict, job) -> None:
+    """Waits (in its thread) until asked to stop: a cancel (bench/cancel_latency.py)."""
+    job.stop_requested.wait(120)
+
+
+@handler("bench.async_wait_for_stop", atomic=False, timeout=120)
+async def async_wait_for_stop(payload: dict) -> None:
+    """Awaits until its task is cancelled (bench/cancel_latency.py)."""
+    import asyncio
+
+    await asyncio.sleep(120)

@@ -265,19 +265,30 @@ class JobAdmin(JobActionViews, admin.ModelAdmin):
         count = services.jobs_retry_now(jobs=queryset)
         self.message_user(request, f"{count} job(s) queued to run now.", messages.SUCCESS)
 
-    @admin.action(description="Cancel (queued or failed jobs)", permissions=["change"])
+    @admin.action(
+        description="Cancel (queued or failed jobs; running ones are asked to stop)",
+        permissions=["change"],
+    )
     def cancel(self, request, queryset) -> TemplateResponse | None:
         """Asks first, as Django's "Delete selected" does; cancels once the page's form
         comes back with `post=yes`. The form repeats the selection as it came (the list's
         filters in its address, "select all" as select_across), not thousands of ids."""
         if request.POST.get("post") == "yes":
+            running = queryset.filter(status=Job.Status.PROCESSING).count()
             count = services.jobs_cancel(jobs=queryset)
-            self.message_user(request, f"{count} job(s) cancelled.", messages.SUCCESS)
+            asked = min(running, count)
+            message = f"{count - asked} job(s) cancelled."
+            if asked:  # issue 37, point 8
+                message += (
+                    f" {asked} running job(s) asked to stop: each ends cancelled once its "
+                    "handler has stopped."
+                )
+            self.message_user(request, message, messages.SUCCESS)
             return None
         if not queryset.filter(status__in=CANCELLABLE).exists():
             self.message_user(
                 request,
-                "None of the selected jobs is queued or failed: nothing to cancel.",
+                "None of the selected jobs is queued, failed or running: nothing to cancel.",
                 messages.WARNING,
             )
             return None

@@ -30,7 +30,9 @@ from jobs.models import Job
 from jobs.reaper import job_reap
 from project.admin import LIST_COUNT_CAP
 
-CANCELLABLE = (Job.Status.QUEUED, Job.Status.FAILED)  # what services.jobs_cancel takes
+# What services.jobs_cancel takes: a queued or failed job is cancelled at once; a running one's
+# worker is asked to stop it, and it ends cancelled once its handler has stopped (issue 37.8).
+CANCELLABLE = (Job.Status.QUEUED, Job.Status.FAILED, Job.Status.PROCESSING)
 CANCEL_LISTED = 100  # jobs named on the cancel confirmation page; the rest are counted
 
 
@@ -164,7 +166,11 @@ class JobActionViews:
                 hidden=[("confirm", "yes")],
                 back_url=reverse("admin:jobs_job_change", args=[job_id]),
             )
+        running = job.status == Job.Status.PROCESSING
         count = services.jobs_cancel(jobs=jobs)
+        if running and count:
+            what = "asked its worker to stop: it ends cancelled once its handler has stopped"
+            return self._act(request, job_id, what, count)
         return self._act(request, job_id, "cancelled", count)
 
     def reap_view(self, request: HttpRequest, job_id: int) -> HttpResponseRedirect:

@@ -22,6 +22,7 @@ from jobs.ledger import Done, Ledger, must_flush
 from jobs.producer import reconnecting
 from jobs.slots import Outcome
 from jobs.snoozing import spent_reason
+from jobs.stops import STOP_CANCEL, STOP_TIMEOUT, job_record_stopped
 from project.reconnect import Reconnect, connection_lost, discard_broken_connection
 from project.redaction import redact_emails
 
@@ -49,6 +50,12 @@ class RunSummary:
     seconds: float = 0.0
     budget_exhausted: bool = False  # stopped because of limit/max_seconds
     errors: list[str] = field(default_factory=list)  # one line per failed attempt
+    timed_out: int = 0  # handlers past their timeout, stopped (also counted retried/failed)
+    cancelled: int = 0  # cancelled by an operator while running, once their handler stopped
+    # Handlers that did not return when asked (issue 37, point 6): their jobs were left
+    # `processing` for the reaper, and `retire` says this process must exit to be replaced.
+    hung: list[int] = field(default_factory=list)
+    retire: bool = False
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -58,7 +65,8 @@ class RunSummary:
         return (
             f"claimed={self.claimed} completed={self.completed} retried={self.retried} "
             f"failed={self.failed} snoozed={self.snoozed} lost={self.lost} "
-            f"released={self.released} "
+            f"released={self.released} timed_out={self.timed_out} "
+            f"cancelled={self.cancelled} "
             f"seconds={self.seconds:.2f} ({rate:.0f} jobs/s)"
         )
 
@@ -75,8 +83,13 @@ def record(
     """Take one slot's outcome: count it, or leave its completion to the next statement, or
     record its failure. Returns the exception when it means the process is stopping."""
     job = outcome.job
-    ledger.finished(job, done=outcome.result == "done")
-    if outcome.result == "completed":
+    # Asked to stop (a timeout, a cancel, the process stopping) before it returned: it may
+    # have returned early, so its end is the stop's, never a completion (issue 37).
+    stopped = outcome.slot.stop_reason is not None and outcome.result in ("done", "error")
+    ledger.finished(job, done=outcome.result == "done" and not stopped)
+    if stopped:
+        _record_stop(outcome, summary, reconnect, deadline=deadline)
+    elif outcome.result == "completed":
         summary.completed += 1
     elif outcome.result == "lost":
         summary.lost += 1
@@ -145,6 +158,52 @@ def _log_snoozed(job: services.ClaimedJob, snooze: BaseException) -> None:
         job.kind,
         getattr(snooze, "seconds", 0.0),
         extra={"action": "job_snoozed", "job_id": job.id, "kind": job.kind},
+    )
+
+
+def _record_stop(
+    outcome: Outcome, summary: RunSummary, reconnect: Reconnect, *, deadline: float | None
+) -> None:
+    """The attempt of a handler asked to stop, now that it has returned: cancelled, or
+    retried / failed with "timed out after N s", or queued again at once with its attempt
+    given back (its process stops)."""
+    slot, job = outcome.slot, outcome.job
+    reason = slot.stop_reason
+    assert reason is not None
+    result = reconnecting(
+        lambda: job_record_stopped(
+            job=job,
+            worker=summary.worker,
+            reason=reason,
+            seconds=slot.timeout,
+            started_ago=time.monotonic() - slot.started,
+            cause=outcome.error,
+        ),
+        reconnect,
+        stop=None,  # recorded even while the process stops
+        deadline=deadline,
+    )
+    if result is None:  # the database stayed away: the reaper takes the row after its lease
+        result = "lost"
+    setattr(summary, result, getattr(summary, result) + 1)
+    if result != "lost" and reason == STOP_TIMEOUT:
+        summary.timed_out += 1
+    log = logger.error if result == "failed" else logger.warning
+    log(
+        "job #%s %s attempt %s/%s %s after it was asked to stop (%s)",
+        job.id,
+        job.kind,
+        job.attempts,
+        job.max_attempts,
+        result,
+        f"timed out after {slot.timeout:g} s" if reason == STOP_TIMEOUT else reason,
+        extra={
+            "action": "job_cancelled" if result == "cancelled" else f"job_{result}",
+            "job_id": job.id,
+            "kind": job.kind,
+            "attempt": job.attempts,
+            "reason": STOP_CANCEL if result == "cancelled" else reason,
+        },
     )
 
 

@@ -50,6 +50,10 @@ class Config:
     cluster_workers: int  # Q_CLUSTER["workers"]: bounds the wake tasks a drain may add
     listener_ping_seconds: float  # the wake-up listener pings this often, waits this long
     listen_database_url: str  # direct connection for LISTEN ("" = the default database's)
+    default_timeout_seconds: float  # a handler's timeout unless `@handler(timeout=)` says
+    stop_grace_seconds: float  # after being asked to stop, a handler's last chance to return
+    shutdown_grace_seconds: float  # on SIGTERM, the running slots' time to finish
+    q_timeout: float | None  # Q_CLUSTER["timeout"]: django-q2 kills a task running longer
 
 
 def _number(name: str, default: float, *, positive: bool = False) -> float:
@@ -127,6 +131,10 @@ def get_config() -> Config:
         cluster_workers=_cluster_workers(),
         listener_ping_seconds=_number("JOBS_LISTENER_PING_SECONDS", 15, positive=True),
         listen_database_url=_url("LISTEN_DATABASE_URL"),
+        default_timeout_seconds=_number("JOBS_DEFAULT_TIMEOUT_SECONDS", 180, positive=True),
+        stop_grace_seconds=_number("JOBS_STOP_GRACE_SECONDS", 10, positive=True),
+        shutdown_grace_seconds=_number("JOBS_SHUTDOWN_GRACE_SECONDS", 5),
+        q_timeout=_q_timeout(),
     )
 
 
@@ -135,6 +143,16 @@ def _url(name: str) -> str:
     if not isinstance(value, str):
         raise ImproperlyConfigured(f"{name}={value!r} must be a URL string")
     return value
+
+
+def _q_timeout() -> float | None:
+    cluster = getattr(settings, "Q_CLUSTER", {})
+    timeout = cluster.get("timeout") if isinstance(cluster, dict) else None
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise ImproperlyConfigured(f"Q_CLUSTER['timeout']={timeout!r} must be a number > 0")
+    return float(timeout)
 
 
 def _cluster_workers() -> int:

@@ -74,3 +74,19 @@ def snooze_seconds(value: object) -> float:
             f"(30 days), not {value!r}"
         )
     return float(value)
+
+
+class JobTimedOut(JobError):
+    """Recorded as a job's failure when its handler ran past its timeout (issue 37, point
+    6): `timed out after N s`. Never raised into a handler: the runner asks it to stop (an
+    async one's task is cancelled) and records this once the handler has returned."""
+
+
+class JobCancelled(JobError):
+    """Recorded as the reason of a job cancelled while it ran (issue 37, point 8)."""
+
+
+class WorkerStopping(JobError):
+    """Recorded for a job its process asked to stop because the process is stopping (SIGTERM,
+    issue 37, point 9), or whose event loop another handler blocked: queued again at once
+    with its attempt given back (jobs/stops.py): the worker stopped, the job did not fail."""

@@ -5,7 +5,9 @@ its attempt show while it runs), and gives the unstarted claims back to the queu
 slot has started one for that long.
 
 A thread, not a call handlers must remember: a long handler keeps its lease however it
-is written, and a dead process stops renewing, which is exactly what the reaper needs.
+is written, and a dead process stops renewing, which is exactly what the reaper needs. It
+also ticks the drain's supervisor (jobs/stopping.py: timeouts, cancel requests, hung
+handlers), since the drain's own thread may be the one running a handler.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import connection
 
@@ -38,14 +41,22 @@ class Keeper(threading.Thread):
     thread is free to send them itself."""
 
     def __init__(
-        self, worker: str, ledger: Ledger, *, hand_back: bool = True, send_done: bool = True
+        self,
+        worker: str,
+        ledger: Ledger,
+        *,
+        hand_back: bool = True,
+        send_done: bool = True,
+        supervise: Callable[[], object] | None = None,
     ) -> None:
         super().__init__(name=f"jobs-keeper-{worker}", daemon=True)
         self.worker = worker
         self.ledger = ledger
         self.hand_back = hand_back
         self.send_done = send_done
+        self.supervise = supervise  # the supervisor's tick (jobs/stopping.py)
         self._stopped = threading.Event()
+        self._supervise_failures = 0
 
     def stop(self) -> None:
         self._stopped.set()
@@ -71,11 +82,31 @@ class Keeper(threading.Thread):
                         continue
                     reconnect.recovered()
                     next_beat = time.monotonic() + interval
+                if self.supervise is not None:
+                    self._supervise()
                 if self.hand_back:
                     with self.ledger.handing_back:
                         self._hand_back_if_held(hold)
         finally:
             connection.close()
+
+    def _supervise(self) -> None:
+        assert self.supervise is not None
+        try:
+            self.supervise()
+        except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: reconnect, tick again
+            discard_broken_connection()
+            self._supervise_failures += 1
+            if self._supervise_failures in (1, 10) or self._supervise_failures % 100 == 0:
+                logger.warning(
+                    "could not check the running jobs for timeouts and cancels (%s; %s "
+                    "times); trying again at the next tick",
+                    exc,
+                    self._supervise_failures,
+                    extra={"action": "jobs_supervise_failed"},
+                )
+        else:
+            self._supervise_failures = 0
 
     def _hand_back_if_held(self, hold: float) -> None:
         ledger = self.ledger

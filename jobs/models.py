@@ -54,6 +54,10 @@ class Job(models.Model):
     completed_at = models.DateTimeField(null=True, blank=True, help_text="Set on success only.")
     failed_at = models.DateTimeField(null=True, blank=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
+    # Issue 37, point 8: an operator cancelled the job while it ran. Its worker's keeper
+    # sees it (jobs/stopping.py) and asks the handler to stop; the job ends `cancelled` once
+    # the handler has stopped (or, its process dead, when the reaper takes it).
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     # Which error group a failed row is in (jobs.error_groups): the md5 of its kind, exception
     # class and normalised message, written by the database's trigger (migration 0008) whenever
@@ -455,3 +459,28 @@ class JobPruneRun(models.Model):
 
     def __str__(self) -> str:
         return f"prune at {self.ran_at:%Y-%m-%d %H:%M}"
+
+
+class JobStop(models.Model):
+    """A job its runner stopped (issue 37, points 6 and 8): a timeout, or a cancel while it
+    ran. One row per stopped attempt, written in the transaction that records the attempt's
+    end (or, for a handler that never returned, the one that gives it up to the reaper);
+    the health page, worker_status and /metrics count the last hour's per kind through the
+    `at` index. Rare by nature; pruned after a day with the other finished rows
+    (jobs/pruning.py)."""
+
+    class Reason(models.TextChoices):
+        TIMEOUT = "timeout", "Timed out"
+        CANCEL = "cancel", "Cancelled while running"
+
+    job_id = models.BigIntegerField()
+    attempt = models.PositiveIntegerField()
+    kind = models.CharField(max_length=100)
+    reason = models.CharField(max_length=10, choices=Reason.choices)
+    at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        indexes = [models.Index(fields=["at"], name="jobs_jobstop_at_idx")]
+
+    def __str__(self) -> str:
+        return f"job #{self.job_id} attempt {self.attempt}: {self.reason}"

@@ -114,11 +114,9 @@ def due_within(
         wait = min(poll, until - time.monotonic())
         if wait <= 0:
             return False
-        if stop is not None:
-            if stop.wait(wait):
-                return False
-        else:
-            linger_signal.wait(wait)  # the listener's nudge ends it early
+        linger_signal.wait(wait)  # the listener's nudge ends it early
+        if stop is not None and stop.is_set():
+            return False
         seen = _due_read()
         if seen.due_run_after is not None:
             return True

@@ -15,6 +15,7 @@ from django.db.models import QuerySet
 
 from jobs.models import Job
 from jobs.services import job_retry_delay
+from jobs.stops import given_up_reason
 from project.db_clock import db_now
 
 logger = logging.getLogger(__name__)
@@ -99,9 +100,11 @@ def jobs_reap_stale(*, older_than: float | None = None, dry_run: bool = False) -
 _REAP_UPDATE_SQL = f"""
 UPDATE {Job._meta.db_table} AS j
 SET status = d.status, failed_at = d.failed_at, run_after = COALESCE(d.run_after, j.run_after),
-    locked_by = '', lease_expires_at = NULL, last_error = d.last_error
-FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[])
-    AS d(id, status, failed_at, run_after, last_error)
+    locked_by = '', lease_expires_at = NULL, last_error = d.last_error,
+    cancelled_at = CASE WHEN d.status = '{Status.CANCELLED}' THEN d.at ELSE j.cancelled_at END
+FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[],
+            %s::timestamptz[])
+    AS d(id, status, failed_at, run_after, last_error, at)
 WHERE j.id = d.id AND j.status = '{Status.PROCESSING}'
 RETURNING j.id
 """
@@ -112,18 +115,30 @@ def _reap(*, stale: QuerySet[Job], now: datetime) -> list[ReapedJob]:
     with transaction.atomic():
         rows = list(
             stale.select_for_update(skip_locked=True).values_list(
-                "id", "kind", "attempts", "max_attempts", "locked_by", "heartbeat_at"
+                "id",
+                "kind",
+                "attempts",
+                "max_attempts",
+                "locked_by",
+                "heartbeat_at",
+                "last_error",
+                "cancel_requested_at",
             )
         )
         if not rows:
             return []
         planned, errors = [], []
-        for pk, kind, attempts, maximum, locked_by, heartbeat_at in rows:
+        for pk, kind, attempts, maximum, locked_by, heartbeat_at, last, cancel in rows:
             exhausted = attempts >= maximum
             heartbeat = f"{heartbeat_at:%Y-%m-%d %H:%M:%S}" if heartbeat_at else "never"
-            errors.append(
-                f"{note}{locked_by} stopped heartbeating (last heartbeat {heartbeat} UTC)"
-            )
+            error = f"{note}{locked_by} stopped heartbeating (last heartbeat {heartbeat} UTC)"
+            # Issue 37: a process that gave up on a hung handler wrote why (a timeout, a
+            # cancel) before it retired; an operator's cancel request ends the job cancelled.
+            reason = given_up_reason(last, attempts)
+            errors.append(error if reason is None else f"{reason}\n{error}")
+            status = Status.FAILED if exhausted else Status.QUEUED
+            if cancel is not None:
+                status = Status.CANCELLED
             planned.append(
                 ReapedJob(
                     id=pk,
@@ -131,9 +146,9 @@ def _reap(*, stale: QuerySet[Job], now: datetime) -> list[ReapedJob]:
                     attempts=attempts,
                     max_attempts=maximum,
                     locked_by=locked_by,
-                    status=Status.FAILED if exhausted else Status.QUEUED,
+                    status=status,
                     run_after=None
-                    if exhausted
+                    if status != Status.QUEUED
                     else now + timedelta(seconds=job_retry_delay(attempts)),
                 )
             )
@@ -146,6 +161,7 @@ def _reap(*, stale: QuerySet[Job], now: datetime) -> list[ReapedJob]:
                     [now if job.status == Status.FAILED else None for job in planned],
                     [job.run_after for job in planned],
                     errors,
+                    [now for _job in planned],
                 ],
             )
             updated = {row[0] for row in cursor.fetchall()}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,10 @@ _rates: dict[str, Rate] = {}  # kind -> most jobs of it started per second/minut
 _reserved: dict[str, int] = {}  # kind -> slots per process only it may use (issue 37.3)
 _async: set[str] = set()  # kinds whose handler is an `async def` (the event loop runs them)
 _with_context: set[str] = set()  # kinds whose handler takes the job context as well
+_timeouts: dict[str, float] = {}  # kind -> seconds its handler may run (issue 37, point 6)
+# A drain's statements after its last job starts, and django-q2's own margin: what a task
+# needs besides JOBS_DRAIN_SECONDS, the timeout and the grace to end inside Q_TIMEOUT.
+Q_TIMEOUT_MARGIN_SECONDS = 5.0
 _discovered = False
 _lock = threading.Lock()
 
@@ -47,6 +52,7 @@ def handler(
     concurrency: int | None = None,
     rate: str | None = None,
     reserved: int = 0,
+    timeout: float | None = None,
 ) -> Callable[[HandlerFn], HandlerFn]:
     """Register the decorated `fn(payload: dict)` as the handler of `kind` jobs.
 
@@ -87,6 +93,13 @@ def handler(
     argument gets the job's context (`jobs.slots.JobContext`: id, kind, attempt, its start,
     whether it was asked to stop); decided here, once, from its signature.
 
+    `timeout=seconds` (JOBS_DEFAULT_TIMEOUT_SECONDS when left out): past it the handler is
+    asked to stop (an `async def` one's task is cancelled; a thread one sees
+    `job.stop_requested` set) and the job is retried or failed with "timed out after N s"
+    once the handler has returned; one that has not returned JOBS_STOP_GRACE_SECONDS later
+    retires its process (issue 37, point 6; jobs/stopping.py). A timeout that cannot fit
+    inside django-q2's Q_TIMEOUT is refused here and at start-up (`check_timeouts`).
+
     Registering the same function twice (a module imported again) is allowed; registering a
     different function for a kind that already has one is a configuration error, because
     which of the two would run would depend on import order.
@@ -110,6 +123,8 @@ def handler(
             f"job kind {kind!r}: reserved={reserved!r} must be a whole number >= 0 (slots per "
             "worker process only this kind may use)"
         )
+    if timeout is not None:
+        _check_timeout(kind, timeout)
 
     def register(fn: HandlerFn) -> HandlerFn:
         existing = _handlers.get(kind)
@@ -139,6 +154,10 @@ def handler(
             _reserved[kind] = reserved
         else:
             _reserved.pop(kind, None)
+        if timeout is None:
+            _timeouts.pop(kind, None)
+        else:
+            _timeouts[kind] = float(timeout)
         _mark(_async, kind, inspect.iscoroutinefunction(fn))
         _mark(_with_context, kind, _takes_context(fn))
         return fn
@@ -225,6 +244,70 @@ def is_async(kind: str) -> bool:
 def takes_context(kind: str) -> bool:
     """Whether `kind`'s handler is called as `fn(payload, context)`."""
     return kind in _with_context
+
+
+def timeout_of(kind: str) -> float:
+    """Seconds `kind`'s handler may run before it is asked to stop."""
+    seconds = _timeouts.get(kind)
+    return get_config().default_timeout_seconds if seconds is None else seconds
+
+
+def check_timeouts() -> None:
+    """Refuse (ImproperlyConfigured, naming each kind) every registered timeout, and the
+    default, that cannot end inside django-q2's Q_TIMEOUT: a drain may start a job just
+    before JOBS_DRAIN_SECONDS, which may run its timeout and JOBS_STOP_GRACE_SECONDS more.
+    Past Q_TIMEOUT django-q2 kills the worker unnoticed by the runner; the reaper would only
+    see a lease run out. Called by run_jobs and qcluster at start-up (a handler's own
+    timeout is checked at its registration too)."""
+    discover()
+    config = get_config()
+    if config.q_timeout is None:
+        return
+    room = config.q_timeout - config.drain_seconds - config.stop_grace_seconds
+    room -= Q_TIMEOUT_MARGIN_SECONDS
+    if config.default_timeout_seconds > room:
+        defaults = [kind for kind in sorted(_handlers) if kind not in _timeouts]
+        raise ImproperlyConfigured(
+            f"JOBS_DEFAULT_TIMEOUT_SECONDS={config.default_timeout_seconds:g} (kinds "
+            f"{', '.join(defaults) or 'none yet'}) cannot fit inside Q_TIMEOUT="
+            f"{config.q_timeout:g}: {_room_words(room)}"
+        )
+    too_long = {kind: seconds for kind, seconds in sorted(_timeouts.items()) if seconds > room}
+    if too_long:
+        named = ", ".join(f"{kind} (timeout={seconds:g})" for kind, seconds in too_long.items())
+        raise ImproperlyConfigured(
+            f"job kind {named}: the timeout cannot fit inside Q_TIMEOUT={config.q_timeout:g}: "
+            f"{_room_words(room)}"
+        )
+
+
+def _room_words(room: float) -> str:
+    return (
+        f"a drain may start a job at JOBS_DRAIN_SECONDS, and the job may run its timeout and "
+        f"JOBS_STOP_GRACE_SECONDS more (+{Q_TIMEOUT_MARGIN_SECONDS:g} s), so at most "
+        f"{max(room, 0):g} s fits; lower the timeout or raise Q_TIMEOUT"
+    )
+
+
+def _check_timeout(kind: str, timeout: object) -> None:
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout <= 0
+    ):
+        raise ImproperlyConfigured(
+            f"job kind {kind!r}: timeout={timeout!r} must be a number of seconds > 0"
+        )
+    config = get_config()
+    if config.q_timeout is not None:
+        room = config.q_timeout - config.drain_seconds - config.stop_grace_seconds
+        room -= Q_TIMEOUT_MARGIN_SECONDS
+        if timeout > room:
+            raise ImproperlyConfigured(
+                f"job kind {kind!r} (timeout={timeout:g}): the timeout cannot fit inside "
+                f"Q_TIMEOUT={config.q_timeout:g}: {_room_words(room)}"
+            )
 
 
 def registered_kinds() -> list[str]:

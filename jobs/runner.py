@@ -29,6 +29,7 @@ from jobs.keeper import Keeper
 from jobs.ledger import ASYNC, THREAD, Done, Ledger
 from jobs.producer import due_now, due_within, reconnecting, send_step, wait_until
 from jobs.slots import Executor
+from jobs.stopping import Supervisor, give_up_hung, retire_inline
 from processes.beacon import doing, using_slots
 from project.reconnect import Reconnect
 
@@ -95,7 +96,14 @@ def run_pending(
         summary, ledger, executor, limit=limit, max_seconds=max_seconds, stop=stop,
         wake_others=wake_others, linger=linger,
     )  # fmt: skip
-    keeper = Keeper(summary.worker, ledger, hand_back=not inside, send_done=inline)
+    # Timeouts, cancel requests, the process stopping, hung handlers (issue 37, points 6, 8
+    # and 9), ticked by the keeper: in the one-slot drain this thread runs the handler itself.
+    supervisor = Supervisor(executor, worker=summary.worker, config=config, stop=stop)
+    if inline and not inside:
+        supervisor.on_hung = lambda: retire_inline(executor, ledger, summary.worker, config)
+    keeper = Keeper(
+        summary.worker, ledger, hand_back=not inside, send_done=inline, supervise=supervisor.tick
+    )
     keeper.start()
     stopping: BaseException | None = None
     try:
@@ -106,6 +114,7 @@ def run_pending(
         finally:
             doing("")  # issue 20 hook: idle again in the process registry
             keeper.stop()  # no statement of its own from here on
+            give_up_hung(executor, summary, config, drain.record_all)
             settle(ledger, summary)
             drain.report_slots()  # none in use now
             executor.shutdown()
@@ -198,6 +207,8 @@ class _Drain:
             stopping = self.take_outcomes()
             if stopping is not None:
                 return stopping
+            if self.ending():
+                return None  # let_slots_end waits for the running slots (their grace)
             self.start_what_can_start()
             idle = not ledger.has_running() and not ledger.has_unstarted()
             with ledger.handing_back:
@@ -308,26 +319,47 @@ class _Drain:
             ) or stopping  # fmt: skip
         return stopping
 
+    def ending(self) -> bool:
+        """Stopped (SIGTERM) or a handler hung: claim nothing more, start nothing more."""
+        return (self.stop is not None and self.stop.is_set()) or self.executor.hung.is_set()
+
     def let_slots_end(self) -> None:
         """Before the drain ends: wait for the handlers still running (their leases renewed
-        by the keeper meanwhile) and record them; the completions go with the last
-        statement (completer.settle)."""
-        while self.executor.slots and not self.executor.inline:
-            for outcome in self.executor.collect(timeout=1.0):
+        by the keeper meanwhile; on SIGTERM the supervisor asks them to stop after
+        JOBS_SHUTDOWN_GRACE_SECONDS) and record them, but not for a hung one, which only
+        the process's end stops. Completions are sent as they come: a deploy's stop killed
+        mid-way must not re-run a job that finished (the rest go with the last statement,
+        completer.settle)."""
+        executor = self.executor
+        while not executor.inline and any(not slot.hung for slot in executor.running()):
+            self.record_all(executor.collect(timeout=0.2))
+            if self.ledger.done:
                 try:
-                    record(outcome, self.ledger, self.summary, self.reconnect, stop=self.stop,
-                           deadline=self.deadline)  # fmt: skip
-                except DatabaseError:  # do not mask the error that stopped us
+                    self.send_now(0)
+                except DatabaseError:
                     logger.exception(
-                        "could not record the outcome of job #%s; the reaper will take it",
-                        outcome.job.id,
-                        extra={"action": "job_record_failed", "job_id": outcome.job.id},
+                        "could not send %s completions while the slots end; sent again at "
+                        "the drain's end",
+                        len(self.ledger.done),
+                        extra={"action": "jobs_send_failed"},
                     )
+
+    def record_all(self, outcomes: list) -> None:
+        for outcome in outcomes:
+            try:
+                record(outcome, self.ledger, self.summary, self.reconnect, stop=self.stop,
+                       deadline=self.deadline)  # fmt: skip
+            except DatabaseError:  # do not mask the error that stopped us
+                logger.exception(
+                    "could not record the outcome of job #%s; the reaper will take it",
+                    outcome.job.id,
+                    extra={"action": "job_record_failed", "job_id": outcome.job.id},
+                )
 
     def may_start(self) -> bool:
         # Before every job: a run of slow handlers must not run the drain past django-q2's
         # timeout (which kills it, and the reaper would then charge the job an attempt).
-        if self.stop is not None and self.stop.is_set():
+        if self.ending():
             return False
         if self.max_seconds is not None and time.monotonic() - self.started >= self.max_seconds:
             self.summary.budget_exhausted = True

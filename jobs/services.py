@@ -496,6 +496,7 @@ def jobs_retry_now(*, jobs: QuerySet[Job]) -> int:
         "run_after": Now(),
         "failed_at": None,
         "cancelled_at": None,
+        "cancel_requested_at": None,  # an old cancel must not stop the next attempt
         "max_attempts": Greatest(F("max_attempts"), F("attempts") + 1),
     }
     retryable = jobs.filter(status__in=[Status.QUEUED, Status.FAILED, Status.CANCELLED])
@@ -525,19 +526,31 @@ def _retry_keyed(jobs: QuerySet[Job], fields: dict[str, Any]) -> int:
 
 
 def jobs_cancel(*, jobs: QuerySet[Job]) -> int:
-    """Cancel the given queued or failed jobs (one UPDATE); return how many.
+    """Cancel the given queued or failed jobs (one UPDATE), and ask the workers running the
+    given `processing` ones to stop them; return how many of either.
 
     Cancelling a failed job is how an operator says "stop reporting it, it will not be
     retried": without it a permanent failure could only be retried (and fail again).
-    `failed_at` and `last_error` stay as history. A running job cannot be cancelled (its
-    worker owns it), a completed one has nothing left to cancel.
+    `failed_at` and `last_error` stay as history. A running job is its worker's until its
+    handler stops (issue 37, point 8): `cancel_requested_at` is set, the worker's keeper
+    sees it within CANCEL_POLL_SECONDS (jobs/stopping.py) and asks the handler to stop (an
+    async one's task is cancelled), and the job ends `cancelled`, its attempt recorded, once
+    the handler has returned (jobs/stops.py). A completed one has nothing left to cancel.
     """
+    from jobs.stops import jobs_request_cancel
+
     with transaction.atomic():
         count = jobs.filter(status__in=[Status.QUEUED, Status.FAILED]).update(
             status=Status.CANCELLED, cancelled_at=Now()
         )
-    logger.info("jobs cancelled: %s", count, extra={"action": "jobs_cancel"})
-    return count
+        asked = jobs_request_cancel(jobs=jobs)
+    logger.info(
+        "jobs cancelled: %s; running jobs asked to stop: %s",
+        count,
+        asked,
+        extra={"action": "jobs_cancel", "cancelled": count, "asked_to_stop": asked},
+    )
+    return count + asked
 
 
 def jobs_prune_completed(*, older_than_days: float | None = None, chunk: int = 5000) -> int:

@@ -21,8 +21,12 @@ transaction's first statement, while it holds no server connection yet, and give
 after the commit or rollback. A handler that writes nothing takes none; `atomic=False`
 and `async def` handlers take none (their completion is the drain's statement).
 
-`Executor.slots` maps each running job to its `Slot`: what the timeout and cancel work of
-issue 37 (points 6 and 8) will ask to stop (`Slot.request_stop`).
+`Executor.slots` maps each running job to its `Slot`, which the keeper's supervisor
+(jobs/stopping.py) asks to stop (`Slot.request_stop`): past its timeout, on a cancel, or
+when the process stops (issue 37, points 6, 8 and 9). Asked, a thread handler sees
+`job.stop_requested` set; an async one's task is cancelled on its event loop. A handler that
+returns after it was asked is recorded as stopped, never as completed: it may have returned
+early (an `atomic` one's transaction is rolled back).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 from django.db import connection, transaction
@@ -44,7 +48,10 @@ from psycopg.pq import TransactionStatus
 
 from jobs import registry, services
 from jobs.exceptions import LeaseLost
+from jobs.stops import STOP_CANCEL, STOP_SHUTDOWN, STOP_TIMEOUT
 from project.reconnect import discard_broken_connection
+
+__all__ = ["STOP_CANCEL", "STOP_SHUTDOWN", "STOP_TIMEOUT", "Executor", "JobContext", "Slot"]
 
 SLOT_IDLE_CLOSE_SECONDS = 1.0  # a slot thread with no job for this long closes its connection
 UNIT_WAIT_LOG_SECONDS = 10.0  # a slot waiting this long for a transaction unit says so
@@ -62,25 +69,75 @@ class JobContext:
     max_attempts: int
     started_at: datetime  # when its slot started it (this host's clock, UTC)
     enqueued_at: datetime | None = None  # the row's created_at (the database's clock)
-    # When the handler must have returned; None while no timeout applies (issue 37, point 6).
+    # When the handler must have returned (its start + its kind's timeout, issue 37, point 6);
+    # past it the runner asks it to stop.
     deadline: datetime | None = None
     # Set when the runner asks the handler to stop (a timeout, a cancel, the process
     # stopping): a long handler checks it between steps and returns early.
     stop_requested: threading.Event = field(default_factory=threading.Event)
+    stop_reason: str | None = None  # "timeout", "cancel" or "shutdown", once asked
+
+
+_stop_lock = threading.Lock()
 
 
 @dataclass
 class Slot:
-    """One running job: its claim, its monotonic start and its context."""
+    """One running job: its claim, its monotonic start and its context; once asked to stop,
+    why and when (monotonic); an async one's loop and task, to cancel it."""
 
     job: services.ClaimedJob
     started: float
     context: JobContext
     is_async: bool = False
+    timeout: float = 0.0  # seconds, its kind's
+    stop_reason: str | None = None
+    asked_at: float | None = None  # monotonic time of the first request to stop
+    hung: bool = False  # asked, and not returned within JOBS_STOP_GRACE_SECONDS
+    loop: asyncio.AbstractEventLoop | None = None
+    task: asyncio.Task | None = None
 
-    def request_stop(self) -> None:
-        """Ask the handler to stop: it sees `context.stop_requested` set."""
+    @property
+    def deadline(self) -> float:
+        """Monotonic time past which the handler is asked to stop."""
+        return self.started + self.timeout
+
+    def request_stop(self, reason: str = STOP_TIMEOUT) -> bool:
+        """Ask the handler to stop: it sees `context.stop_requested` set, and an async one's
+        task is cancelled. True when this changed the reason (the first request, or a cancel
+        after a timeout or a stop: the operator's word is the one recorded)."""
+        with _stop_lock:
+            changed = self.stop_reason is None or (
+                reason == STOP_CANCEL and self.stop_reason != STOP_CANCEL
+            )
+            if not changed:
+                return False
+            self.stop_reason = self.context.stop_reason = reason
+            if self.asked_at is None:
+                self.asked_at = time.monotonic()
         self.context.stop_requested.set()
+        loop = self.loop
+        if self.is_async and loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(_cancel_task, self)
+            except RuntimeError:  # the loop closed meanwhile: nothing left to cancel
+                pass
+        return True
+
+
+def _cancel_task(slot: Slot) -> None:
+    """On the slot's event loop: cancel its task (a task not started yet sees the request
+    when it starts, `_awaited`)."""
+    if slot.task is not None and not slot.task.done():
+        slot.task.cancel()
+
+
+async def _awaited(slot: Slot, coroutine) -> None:  # noqa: ANN001 - the handler's coroutine
+    slot.task = asyncio.current_task()
+    if slot.context.stop_requested.is_set():  # asked before it started
+        coroutine.close()
+        raise asyncio.CancelledError
+    await coroutine
 
 
 @dataclass
@@ -101,14 +158,28 @@ class Outcome:
 
 
 def new_slot(job: services.ClaimedJob, started: float) -> Slot:
+    timeout = registry.timeout_of(job.kind)
+    started_at = datetime.now(UTC)
     context = JobContext(
         id=job.id,
         kind=job.kind,
         attempt=job.attempts,
         max_attempts=job.max_attempts,
-        started_at=datetime.now(UTC),
+        started_at=started_at,
+        deadline=started_at + timedelta(seconds=timeout),
     )
-    return Slot(job=job, started=started, context=context, is_async=registry.is_async(job.kind))
+    return Slot(
+        job=job,
+        started=started,
+        context=context,
+        is_async=registry.is_async(job.kind),
+        timeout=timeout,
+    )
+
+
+class _Stopped(Exception):  # noqa: N818 - internal: rolls an atomic handler's work back
+    """Raised inside an atomic handler's transaction when it returned after being asked to
+    stop: it may have returned early, so its writes are rolled back with its completion."""
 
 
 class TransactionUnits:
@@ -176,7 +247,9 @@ def run_sync(slot: Slot, *, worker: str, units: TransactionUnits | None = None) 
         fn = registry.get_handler(job.kind)
         args = _arguments(slot)
         if slot.is_async:
-            asyncio.run(fn(*args))
+            with asyncio.Runner() as runner:
+                slot.loop = runner.get_loop()
+                runner.run(_awaited(slot, fn(*args)))
             return Outcome(slot, "done")
         if not registry.runs_in_transaction(job.kind):
             # It commits its own steps (claim -> commit -> external effect -> record).
@@ -192,6 +265,8 @@ def run_sync(slot: Slot, *, worker: str, units: TransactionUnits | None = None) 
                     hold.kind = job.kind
                 with transaction.atomic():
                     fn(*args)
+                    if slot.stop_reason is not None:
+                        raise _Stopped(slot.stop_reason)  # rolled back; the completer records
                     if _wrote_nothing():
                         return Outcome(slot, "done")  # nothing to commit: the next statement
                     services.job_complete(
@@ -295,23 +370,29 @@ class Executor:
         self.inline = inline
         # The connection budget: none for the one-slot drain (one job at a time anyway).
         self.units = None if inline or atomic_units is None else TransactionUnits(atomic_units)
-        self.slots: dict[int, Slot] = {}  # running, by job id (the drain thread's own)
+        self.slots: dict[int, Slot] = {}  # running, by job id (changed under `lock`)
+        self.lock = threading.Lock()
+        # Set by the supervisor when a handler asked to stop has not returned in its grace:
+        # the drain stops claiming and its process retires (jobs/stopping.py).
+        self.hung = threading.Event()
         self._max_threads = threads
         self._threads: list[threading.Thread] = []
         self._sync_running = 0
         self._jobs: queue.SimpleQueue[Slot | None] = queue.SimpleQueue()
         self._outcomes: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._beat_posted: float | None = None  # a beat posted to the loop, not run yet
         self._loop_thread: threading.Thread | None = None
 
     def start(self, job: services.ClaimedJob, started: float) -> Slot:
         """Start `job` (claimed, its slot counted by the caller) at monotonic `started`."""
         slot = new_slot(job, started)
-        self.slots[job.id] = slot
+        with self.lock:
+            self.slots[job.id] = slot
         if self.inline:
             self._outcomes.put(run_sync(slot, worker=self.worker))
         elif slot.is_async:
-            loop = self._event_loop()
+            loop = slot.loop = self._event_loop()
             asyncio.run_coroutine_threadsafe(self._run_task(slot), loop)
         else:
             self._sync_running += 1
@@ -338,22 +419,48 @@ class Executor:
         except queue.Empty:
             pass
         for outcome in outcomes:
-            self.slots.pop(outcome.job.id, None)
+            with self.lock:
+                self.slots.pop(outcome.job.id, None)
             if not outcome.slot.is_async and not self.inline:
                 self._sync_running -= 1
         return outcomes
 
+    def loop_stalled_for(self) -> float:
+        """Seconds the event loop has not run the beat last posted to it (0 while it keeps
+        up, or without a loop): an async handler's synchronous code blocks it, and with it
+        every other task on it, a cancel included. Posts the next beat when the last ran."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return 0.0
+        now = time.monotonic()
+        posted = self._beat_posted
+        if posted is None:
+            self._beat_posted = now
+            loop.call_soon_threadsafe(self._beat)
+            return 0.0
+        return now - posted
+
+    def _beat(self) -> None:
+        self._beat_posted = None
+
+    def running(self) -> list[Slot]:
+        """The slots running now (a copy: the keeper's supervisor reads it)."""
+        with self.lock:
+            return list(self.slots.values())
+
     def shutdown(self) -> None:
         """End the slot threads (each closes its connection) and the event loop. Called once
-        nothing runs; a handler still running is left to its daemon thread."""
+        nothing runs but the hung handlers, if any: those are left to their daemon threads
+        (their process retires, jobs/retire.py), not waited for."""
+        wait = 0.5 if self.hung.is_set() else 10
         for _thread in self._threads:
             self._jobs.put(None)
         for thread in self._threads:
-            thread.join(timeout=10)
+            thread.join(timeout=wait)
         loop = self._loop
         if loop is not None and self._loop_thread is not None:
             loop.call_soon_threadsafe(loop.stop)
-            self._loop_thread.join(timeout=10)
+            self._loop_thread.join(timeout=wait)
             if not self._loop_thread.is_alive():
                 loop.close()
 
@@ -374,6 +481,10 @@ class Executor:
             connection.close()
 
     async def _run_task(self, slot: Slot) -> None:
+        slot.task = asyncio.current_task()
+        if slot.context.stop_requested.is_set():  # asked before it started: never started
+            self._outcomes.put(Outcome(slot, "error", asyncio.CancelledError()))
+            return
         self._outcomes.put(await run_async(slot))
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from jobs import lanes, reaper
+from jobs import cluster_stop, lanes, reaper
 from jobs.conf import get_config
 from jobs.pruning import jobs_prune
 from jobs.runner import run_pending
@@ -25,9 +25,16 @@ def run_due_jobs() -> dict:
     config = get_config()
     summary = run_pending(
         max_seconds=config.drain_seconds,
+        stop=cluster_stop.stop_event(),  # the qcluster's SIGTERM (issue 37, point 9)
         wake_others=lambda: request_wake(workers=config.cluster_workers),
         linger=config.linger_seconds,
     )
+    if summary.retire:
+        # A handler did not stop when asked (issue 37, point 6): django-q2 replaces this
+        # worker process once this task's result is back.
+        from jobs.retire import retire_qcluster_worker
+
+        retire_qcluster_worker(summary.hung)
     result = summary.as_dict()
     result.pop("errors")  # logged already; the django-q2 result row stays small
     return result
@@ -51,5 +58,9 @@ def prune_completed_jobs() -> int:
     """Delete completed, failed and cancelled jobs past their retention (JOBS_RETENTION_DAYS,
     JOBS_FAILED_RETENTION_DAYS, JOBS_CANCELLED_RETENTION_DAYS) and expired unique keys;
     return how many rows. The name is the schedule's since before issue 38 (ops/schedules.py:
-    a rename would leave the stored schedule pointing nowhere)."""
+    a rename would leave the stored schedule pointing nowhere). Also the JobStop rows older
+    than a day (issue 37: only the last hour's are read)."""
+    from jobs.stops import jobs_prune_stops
+
+    jobs_prune_stops()
     return jobs_prune().total

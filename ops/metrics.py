@@ -100,6 +100,27 @@ def status_metrics(status: WorkerStatus) -> Iterator[Metric]:
     slots.add_metric(["thread"], sum(f["threads"] for f in figures))
     slots.add_metric(["async"], sum(f["async"] for f in figures))
     yield slots
+    # Issue 37, point 10: jobs stopped while running in the last hour (jobs.stops), per kind.
+    timeouts = GaugeMetricFamily(
+        "worker_job_timeouts_last_hour",
+        "Jobs whose handler ran past its timeout (@handler timeout=) in the last hour.",
+        labels=["kind"],
+    )
+    cancels = GaugeMetricFamily(
+        "worker_job_cancellations_last_hour",
+        "Jobs cancelled by an operator while running, in the last hour.",
+        labels=["kind"],
+    )
+    stopped: dict[str, dict[str, int]] = {}
+    for kind, counts in status.jobs_stopped_last_hour.items():
+        into = stopped.setdefault(bounded(kind, known_kinds), {"timeout": 0, "cancel": 0})
+        into["timeout"] += counts["timeout"]
+        into["cancel"] += counts["cancel"]
+    for kind, counts in sorted(stopped.items()):
+        timeouts.add_metric([kind], counts["timeout"])
+        cancels.add_metric([kind], counts["cancel"])
+    yield timeouts
+    yield cancels
     oldest = status.oldest_due_job
     yield _gauge(
         "worker_job_oldest_due_seconds",

@@ -31,6 +31,7 @@ from jobs.selectors import (
     job_status_counts,
     jobs_stuck,
 )
+from jobs.stops import job_stop_counts
 from notifications.selectors import (
     feedback_last_24_hours,
     notification_status_counts,
@@ -91,6 +92,9 @@ class WorkerStatus:
     kind_caps: list[dict[str, Any]] = field(default_factory=list)
     # Issue 38: each rate-limited kind's rate (`@handler(kind, rate="20/s")`) and next token.
     kind_rates: list[dict[str, Any]] = field(default_factory=list)
+    # Issue 37, point 10: per kind, the jobs timed out and cancelled while running in the
+    # last hour ({kind: {"timeout": n, "cancel": n}}, jobs.stops.job_stop_counts).
+    jobs_stopped_last_hour: dict[str, dict[str, int]] = field(default_factory=dict)
     # Issue 32: the oldest transaction another session keeps open (pg_stat_activity); while
     # it holds a snapshot no dead row version can be removed anywhere in the database.
     oldest_transaction: dict[str, Any] | None = None
@@ -287,6 +291,7 @@ def _jobs(status: WorkerStatus, now: datetime) -> None:
     ]
     status.kind_caps = job_kind_caps()
     status.kind_rates = job_kind_rates()
+    status.jobs_stopped_last_hour = job_stop_counts(now=now)
     oldest = job_oldest_due(now=now)
     if oldest:
         waited = (now - oldest.run_after).total_seconds()

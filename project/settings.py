@@ -313,6 +313,19 @@ JOBS_CONCURRENCY = env_int("JOBS_CONCURRENCY", 10, minimum=1)  # thread slots pe
 # processes x this, so the drains, keepers and beacons never wait behind them.
 JOBS_ATOMIC_CONCURRENCY = env_int("JOBS_ATOMIC_CONCURRENCY", 1, minimum=1)
 JOBS_ASYNC_CONCURRENCY = env_int("JOBS_ASYNC_CONCURRENCY", 500, minimum=1)  # async tasks
+# Issue 37, points 6 and 9: a handler past its timeout (`@handler(kind, timeout=)`, else
+# JOBS_DEFAULT_TIMEOUT_SECONDS) is asked to stop (an async one cancelled); one that has not
+# returned JOBS_STOP_GRACE_SECONDS later retires its process, which is replaced. On SIGTERM the
+# running slots get JOBS_SHUTDOWN_GRACE_SECONDS to finish before they are asked to stop. A
+# drain may start a job at its end (JOBS_DRAIN_SECONDS): drain + timeout + grace must fit in
+# Q_TIMEOUT, checked at start-up per kind (jobs/registry.py: check_timeouts).
+JOBS_STOP_GRACE_SECONDS = env_float("JOBS_STOP_GRACE_SECONDS", 10.0, minimum=0.1)  # seconds
+JOBS_SHUTDOWN_GRACE_SECONDS = env_float("JOBS_SHUTDOWN_GRACE_SECONDS", 5.0, minimum=0)  # s
+JOBS_DEFAULT_TIMEOUT_SECONDS = env_float(  # seconds; the default fits the default Q_TIMEOUT
+    "JOBS_DEFAULT_TIMEOUT_SECONDS",
+    max(1.0, min(180.0, Q_TIMEOUT - JOBS_DRAIN_SECONDS - JOBS_STOP_GRACE_SECONDS - 5)),
+    minimum=0.1,
+)
 # --- inbound email ------------------------------------------------------------------------------
 # Where SES drops inbound mail: "s3://bucket/prefix" (AWS credentials, region and
 # AWS_ENDPOINT_URL come from boto3's standard environment) or a local folder (the default).

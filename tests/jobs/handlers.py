@@ -271,7 +271,7 @@ def with_context(payload: dict, job) -> None:
                 "max_attempts": job.max_attempts,
                 "enqueued_at": job.enqueued_at.isoformat(),
                 "started_at": job.started_at.isoformat(),
-                "deadline": job.deadline,
+                "deadline": job.deadline.isoformat() if job.deadline else None,
                 "stop_requested": job.stop_requested.is_set(),
                 "thread": threading.current_thread().name,
             }

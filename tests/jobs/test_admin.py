@@ -150,12 +150,15 @@ def test_cancel_applies_to_failed_jobs_so_worker_status_stops_asking_for_action(
         assert job.status == status  # outside the filtered selection / not cancellable
     assert not any("failed permanently" in line for line in worker_status().needs_operator)
 
-    # a running or completed job is never cancelled, even when selected explicitly
+    # a completed job is never cancelled, even when selected explicitly; a running one's
+    # worker is asked to stop it (issue 37, point 8: it ends cancelled once its handler has
+    # stopped, tests/jobs/test_cancel_running.py), and it stays its worker's until then
     response = _action(admin_client, "cancel", ids=[running.pk, done.pk], post="yes")
-    assert "0 job(s) cancelled." in response.content.decode()
+    assert "0 job(s) cancelled. 1 running job(s) asked to stop" in response.content.decode()
     running.refresh_from_db()
     done.refresh_from_db()
     assert (running.status, done.status) == (Job.Status.PROCESSING, Job.Status.COMPLETED)
+    assert running.cancel_requested_at is not None and running.locked_by == "w"
 
 
 def test_the_changelist_never_loads_payloads_or_whole_errors_the_detail_page_does(admin_client):
@@ -266,8 +269,8 @@ def test_cancel_asks_first_and_its_form_carries_select_all_not_thousands_of_ids(
     asked = _action(admin_client, "cancel", status__exact="failed")
     page = " ".join(asked.content.decode().split())
     assert (
-        "Are you sure you want to cancel the 3000 selected job(s) that are queued or failed?"
-        in page
+        "Are you sure you want to cancel the 3000 selected job(s) that are queued, failed or "
+        "running?" in page
     )
     assert page.count("<li>Job #") == 100 and "<li>and 2900 more</li>" in page
     assert not Job.objects.filter(status=Job.Status.CANCELLED).exists()

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from jobs import enqueue, run_pending
+from jobs.conf import get_config
 from jobs.models import Job
 from jobs.reaper import jobs_reap_stale
 from tests.jobs.handlers import AsyncPeak
@@ -135,7 +136,10 @@ def test_the_job_context_is_the_handlers_second_argument(tmp_path):
     assert datetime.fromisoformat(seen["enqueued_at"]) == job.created_at
     started = datetime.fromisoformat(seen["started_at"])
     assert abs((started - job.started_at).total_seconds()) < 1
-    assert seen["deadline"] is None and seen["stop_requested"] is False
+    # Its deadline: its start plus its kind's timeout (JOBS_DEFAULT_TIMEOUT_SECONDS here).
+    timeout = timedelta(seconds=get_config().default_timeout_seconds)
+    assert datetime.fromisoformat(seen["deadline"]) == started + timeout
+    assert seen["stop_requested"] is False
     assert f"{async_job.pk} tests.async_with_context 1 False" in lines
 
 

@@ -7,15 +7,18 @@ schedules' ticks (jobs/periodic_scheduler.py)."""
 import os
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import CommandError
 from django.db import connections
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 
-from jobs import floor_hints, linger_signal, registry
+from jobs import cluster_stop, floor_hints, linger_signal, registry
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
 from jobs.kind_rates import kind_rates_line, kind_rates_sync
 from jobs.periodic_scheduler import periodic_scheduler_running
 from jobs.periodic_ticks import checked_schedules
+from jobs.registry import check_timeouts
 from jobs.wakeup import WakeListener
 from ops.conf import get_config
 from ops.demo import print_next_steps_again
@@ -31,6 +34,10 @@ class Command(DjangoQClusterCommand):
     )
 
     def handle(self, *args, **options):
+        try:  # each kind's timeout must fit inside Q_TIMEOUT (issue 37, point 6): one line
+            check_timeouts()
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"configuration error: {exc}") from exc
         counts = ensure_schedules()
         self.stdout.write(
             "schedules: {created} created, {updated} updated, {unchanged} unchanged".format(
@@ -56,12 +63,15 @@ class Command(DjangoQClusterCommand):
         # and the listener ends with it.
         linger_signal.open_signal()  # before the fork: every worker inherits the pipe
         floor_hints.open_hints()  # likewise the listener's hints to the claimers' floors
+        cluster_stop.open_flag()  # and the stop its drains read (issue 37, point 9)
         # Nor may any child inherit this process's database connection (ensure_schedules
         # opened it): a child that closes its copy closes the server's session under this
         # process, and the listener's first wake task failed on it at every start.
         connections.close_all()
         cluster = Cluster()
         cluster.start()
+        # SIGTERM / Ctrl-C: the drains stop claiming and give their slots a grace first.
+        cluster_stop.tell_workers_on_signals()
         if options.get("run_once", False):
             cluster.stop()
             return

@@ -71,6 +71,11 @@ class Command(BaseCommand):
             wait = rate["next_token_in_seconds"]
             token = f"next token in {humanize_seconds(wait)}" if wait > 0 else "a token is there"
             out(f"  RATE: {rate['kind']} at most {rate['rate']} ({token})")
+        for kind, stopped in status.jobs_stopped_last_hour.items():
+            out(
+                f"  STOPPED (last hour): {kind} {stopped['timeout']} timed out, "
+                f"{stopped['cancel']} cancelled"
+            )
         if status.oldest_due_job:
             job = status.oldest_due_job
             out(
