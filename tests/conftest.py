@@ -36,6 +36,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # in scripts/test's second pytest call, one at a time (the `serial` mark does the same for a
 # test that carries it). Node id prefixes.
 SERIAL = (
+    "tests/system/test_scale_out.py",
     "tests/system/test_clock_skew.py",
     "tests/jobs/test_tasks.py::test_ten_quick_jobs_behind_a_slow_one_start_at_once",
     "tests/jobs/test_wakeup.py",

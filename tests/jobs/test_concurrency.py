@@ -33,7 +33,7 @@ def test_two_workers_drain_2000_jobs_each_exactly_once(worker_env, tmp_path):
 
     executions = [line.split() for line in log.read_text().splitlines()]
     runs = Counter(int(n) for n, _pid in executions)
-    assert sorted(runs) == list(range(JOBS))
-    assert set(runs.values()) == {1}, "some job ran more than once"
+    assert sorted(runs) == list(range(JOBS)), outputs
+    assert set(runs.values()) == {1}, ("some job ran more than once", outputs)
     assert len({pid for _n, pid in executions}) == 2, "both workers should have taken jobs"
     assert set(Job.objects.values_list("status", "attempts")) == {(Job.Status.COMPLETED, 1)}

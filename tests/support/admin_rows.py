@@ -31,7 +31,7 @@ def console_rows(user_model: Any) -> dict[str, str]:
 
     from canonical_ids.models import Message, WriterSlotLease
     from inbound_email.models import InboundEmail, Reply, ReplyAttachment
-    from jobs.models import Job, JobAttempt, KindCap, PausedKind
+    from jobs.models import Job, JobAttempt, KindCap, KindRate, PausedKind
     from notifications.models import (
         DeliveryFeedback,
         EmailNotification,
@@ -76,6 +76,9 @@ def console_rows(user_model: Any) -> dict[str, str]:
     baker.make(Job, kind="report.render", status="completed", max_attempts=1, completed_at=now)
     PausedKind.objects.create(kind="report.render", paused_by="admin")
     KindCap.objects.create(kind="report.render", concurrency=5)  # a worker's start writes it
+    KindRate.objects.create(  # a worker's start writes it (issue 38, point 3)
+        kind="report.render", rate="20/s", interval_seconds=0.05, next_slot_at=now
+    )
     baker.make(
         WorkerProcess,
         role="qcluster worker",

@@ -21,9 +21,6 @@ from __future__ import annotations
 import pytest
 
 LONG = (
-    # The scale-out rehearsal (about 2 min quiet, 5.5 min at load 5-17) asserts only that
-    # everything is done once within its 10 min: it runs on a worker, first.
-    "tests/system/test_scale_out.py",
     "tests/system/test_chaos.py",
     "tests/inbound_email/test_poller.py::test_1001_objects_in_one_run_paginate_past_1000",
     "tests/ops/test_console_browser.py",
