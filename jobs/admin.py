@@ -371,8 +371,7 @@ class KindRateAdmin(ReadOnlyAdmin):
     def rate_shown(self, obj: KindRate) -> str:
         # At 390 px the column shrank to "20/s" beside two-line dates: kept 4.5 em wide
         return format_html(
-            '<span style="display: inline-block; min-width: 4.5em; white-space: nowrap">{}'
-            "</span>",
+            '<span style="display: inline-block; min-width: 4.5em; white-space: nowrap">{}</span>',
             obj.rate,
         )
 
