@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from jobs import registry
+from jobs.kind_settings_report import log_sync, start_line
 
 logger = logging.getLogger(__name__)
 
@@ -74,23 +75,10 @@ def kind_caps_sync() -> list[CapChange]:
     with connection.cursor() as cursor:  # one statement: one round trip, one commit
         cursor.execute(_SYNC_SQL, [list(caps), list(caps.values())])
         changes = [CapChange(kind, was, now) for kind, was, now in cursor.fetchall()]
-    summary = ", ".join(f"{kind} {cap}" for kind, cap in caps.items()) or "none"
-    if changes:
-        logger.info(
-            "job caps changed: %s (caps now: %s)",
-            "; ".join(str(change) for change in changes),
-            summary,
-            extra={"action": "job_caps_changed", "changes": [str(c) for c in changes]},
-        )
-    else:
-        logger.debug("job caps unchanged: %s", summary, extra={"action": "job_caps_unchanged"})
+    log_sync(logger, "caps", caps, changes)
     return changes
 
 
 def kind_caps_line(changes: list[CapChange]) -> str:
     """The start-up line of a worker command (beside the schedules')."""
-    caps = registry.kind_caps()
-    listed = ", ".join(f"{kind} {cap}" for kind, cap in caps.items()) or "none"
-    if not changes:
-        return f"job caps: {listed} (unchanged)"
-    return f"job caps: {listed} (changed: {'; '.join(str(c) for c in changes)})"
+    return start_line("caps", registry.kind_caps(), changes)

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from django.db import connection
 
+from jobs.kind_settings_report import log_sync, start_line
+
 logger = logging.getLogger(__name__)
 
 # The units a rate may be given in, and their seconds.
@@ -141,16 +143,7 @@ def kind_rates_sync() -> list[RateChange]:
             ],
         )
         changes = [RateChange(kind, was, now) for kind, was, now in cursor.fetchall()]
-    summary = ", ".join(f"{kind} {rate}" for kind, rate in rates.items()) or "none"
-    if changes:
-        logger.info(
-            "job rates changed: %s (rates now: %s)",
-            "; ".join(str(change) for change in changes),
-            summary,
-            extra={"action": "job_rates_changed", "changes": [str(c) for c in changes]},
-        )
-    else:
-        logger.debug("job rates unchanged: %s", summary, extra={"action": "job_rates_unchanged"})
+    log_sync(logger, "rates", rates, changes)
     return changes
 
 
@@ -158,8 +151,4 @@ def kind_rates_line(changes: list[RateChange]) -> str:
     """The start-up line of a worker command (beside the caps')."""
     from jobs import registry
 
-    rates = registry.kind_rates()
-    listed = ", ".join(f"{kind} {rate}" for kind, rate in rates.items()) or "none"
-    if not changes:
-        return f"job rates: {listed} (unchanged)"
-    return f"job rates: {listed} (changed: {'; '.join(str(c) for c in changes)})"
+    return start_line("rates", registry.kind_rates(), changes)
