@@ -53,6 +53,7 @@ def send_step(
         # snapshot's dead entries below it cost no heap visit.
         floor = claim_floor.bound() if claim else None
         ends = slow_kinds.get(get_config().hold_unstarted_seconds) if claim and slow else []
+        space = room() if claim and room is not None else None
         sent = time.monotonic()  # the statement's time, not the slow-kind read's
         step = services.job_runner_step(
             worker=worker,
@@ -62,13 +63,24 @@ def send_step(
             durable=must_flush(done),
             slow_kinds=ends,
             floor=floor,
-            room=room() if claim and room is not None else None,
+            room=space,
         )
-        claim_floor.saw(bound=floor, seen=step.seen_floor, took=time.monotonic() - sent)
+        if space is None or scanned_every_lane(space):
+            claim_floor.saw(bound=floor, seen=step.seen_floor, took=time.monotonic() - sent)
         return step
 
     step = reconnecting(send, reconnect, stop=stop, deadline=deadline)
     return step, tries > 1
+
+
+def scanned_every_lane(room: Room) -> bool:
+    """Whether a claim with this room scanned every lane that may run. A kind of slot with
+    none free makes its kinds' lanes take 0 rows (a reserved kind's own free slots aside),
+    so what the claim "saw" says nothing of their rows: taken as the floor, the database's
+    clock at that scan hid every job queued before it from the next claims until a full
+    scan (a burst drain ended with jobs queued; tests/jobs/test_claim_floor_room.py). No
+    event-loop slot free matters only where a kind runs on the event loop."""
+    return room.thread_free > 0 and (room.async_free > 0 or not room.async_kinds)
 
 
 def reconnecting(
