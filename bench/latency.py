@@ -15,6 +15,12 @@ point 5): p95 <= 50 ms for both producers at 100 jobs/s (`--rates 100`); wake ta
 above workers + 2. A drain out of jobs lingers (JOBS_LINGER_SECONDS) and asks every
 JOBS_LINGER_POLL_SECONDS whether one is due, so at a steady rate jobs start within that
 poll rather than after django-q2's broker poll (Q_POLL, 0.2 s).
+
+`--idle-burst N` adds, after the steady rates, N jobs committed one after another as fast as
+the producer can, each producer once, after the qcluster has had nothing to do for
+`--idle-seconds` (60): the drains' lingers have ended and the workers wait on django-q2's
+broker, so only the wake-up listener can start them at once (issue 37, point 1: the wake-up
+p95 under 50 ms, "a burst after an idle minute included").
 """
 
 from __future__ import annotations
@@ -76,15 +82,14 @@ class Sampler(threading.Thread):
             connections.close_all()
 
 
-def produce(producer: str, rate: float, seconds: float, label: str) -> int:
-    """Insert jobs at a steady `rate` for `seconds`; return how many."""
-    count = int(rate * seconds)
+def produce(producer: str, rate: float, count: int, label: str) -> int:
+    """Insert `count` jobs at a steady `rate` (inf: back to back); return how many."""
     payload = json.dumps({"run": label})
     conn = psycopg.connect(dsn_from_settings(), autocommit=True) if producer == "insert" else None
     start = time.perf_counter()
     try:
         for i in range(count):
-            delay = start + i / rate - time.perf_counter()
+            delay = start + i / rate - time.perf_counter()  # i / inf: 0
             if delay > 0:
                 time.sleep(delay)
             if conn is not None:
@@ -97,11 +102,11 @@ def produce(producer: str, rate: float, seconds: float, label: str) -> int:
     return count
 
 
-def measure(producer: str, rate: float, seconds: float) -> dict:
+def measure(producer: str, rate: float, count: int) -> dict:
     label = f"{producer}-{rate:g}-{time.time():.0f}"
     sampler = Sampler()
     sampler.start()
-    count = produce(producer, rate, seconds, label)
+    count = produce(producer, rate, count, label)
     rows = Job.objects.filter(payload__run=label)
     deadline = time.monotonic() + 120
     while rows.filter(status=Job.Status.COMPLETED).count() < count:
@@ -123,6 +128,12 @@ def measure(producer: str, rate: float, seconds: float) -> dict:
         "peak_wake": sampler.peak_wake,
         "peak_all": sampler.peak_all,
     }
+
+
+def measure_burst(producer: str, count: int, idle: float) -> dict:
+    """Wait `idle` seconds with nothing queued, then commit `count` jobs back to back."""
+    time.sleep(idle)
+    return measure(producer, rate=float("inf"), count=count)
 
 
 def start_qcluster(workers: int) -> subprocess.Popen:
@@ -158,6 +169,10 @@ def main() -> None:
     parser.add_argument("--rates", default="30,150", help="jobs/s, comma-separated")
     parser.add_argument("--seconds", type=float, default=10.0, help="per producer and rate")
     parser.add_argument("--workers", type=int, default=2, help="Q_WORKERS of the qcluster")
+    parser.add_argument(
+        "--idle-burst", type=int, default=0, help="then N jobs at once after an idle spell"
+    )
+    parser.add_argument("--idle-seconds", type=float, default=60.0, help="the idle spell")
     args = parser.parse_args()
     rates = [float(rate) for rate in args.rates.split(",")]
 
@@ -173,7 +188,11 @@ def main() -> None:
         for rate in rates:
             order = ("django", "insert") if len(results) % 4 == 0 else ("insert", "django")
             for producer in order:
-                results.append((producer, rate, measure(producer, rate, args.seconds)))
+                results.append((producer, rate, measure(producer, rate, int(rate * args.seconds))))
+        if args.idle_burst:
+            for producer in ("insert", "django"):
+                burst = measure_burst(producer, args.idle_burst, args.idle_seconds)
+                results.append((producer, f"burst after {args.idle_seconds:g} s idle", burst))
     finally:
         stop_qcluster(cluster)
         Job.objects.filter(kind=KIND).delete()
@@ -184,13 +203,13 @@ def main() -> None:
         f"wake tasks <= {args.workers + 2})"
     )
     print(
-        f"  {'producer':<18}{'jobs/s':>7}{'jobs':>6}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}"
+        f"  {'producer':<18}{'jobs/s':>24}{'jobs':>6}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}"
         f"{'peak wake':>11}{'peak tasks':>12}"
     )
     names = {"django": "Django enqueue()", "insert": "plain INSERT"}
     for producer, rate, r in results:
         print(
-            f"  {names[producer]:<18}{rate:7g}{r['count']:6d}{r['p50'] * 1000:9.0f}"
+            f"  {names[producer]:<18}{rate:>24}{r['count']:6d}{r['p50'] * 1000:9.0f}"
             f"{r['p95'] * 1000:9.0f}{r['max'] * 1000:9.0f}{r['peak_wake']:11d}{r['peak_all']:12d}"
         )
 

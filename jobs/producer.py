@@ -52,6 +52,7 @@ def send_step(
         # JOBS_CLAIM_FULL_SCAN_SECONDS, less often while full scans are slow), so an old
         # snapshot's dead entries below it cost no heap visit.
         floor = claim_floor.bound() if claim else None
+        linger_signal.looking()  # the listener's sign that a drain runs (issue 37, point 1)
         ends = slow_kinds.get(get_config().hold_unstarted_seconds) if claim and slow else []
         space = room() if claim and room is not None else None
         sent = time.monotonic()  # the statement's time, not the slow-kind read's
@@ -126,6 +127,7 @@ def due_within(
         wait = min(poll, until - time.monotonic())
         if wait <= 0:
             return False
+        linger_signal.looking()
         linger_signal.wait(wait)  # the listener's nudge ends it early
         if stop is not None and stop.is_set():
             return False
@@ -137,6 +139,7 @@ def due_within(
 
 
 def _due_read() -> selectors.LingerPoll:
+    linger_signal.looking()
     floor = claim_floor.bound()  # as the claim's scan (issue 32, point 1)
     sent = time.monotonic()
     seen = selectors.job_due_or_task_waiting(now=timezone.now(), floor=floor)

@@ -34,7 +34,7 @@ import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
 
-from jobs import floor_hints, linger_signal
+from jobs import floor_hints, linger_signal, pusher_signal
 from jobs.claim_floor import ClaimFloor
 from jobs.conf import get_config
 from project.backoff import retry_delay
@@ -115,6 +115,7 @@ def request_wake(*, workers: int, funcs: dict[int, str] | None = None) -> bool:
         if pending or outstanding >= workers + 1:
             return False
         send_wake_task()  # the ORM broker writes on this connection: it commits with the lock
+    pusher_signal.nudge()  # committed: the pusher reads it now, not at its next poll
     return True
 
 
@@ -194,7 +195,7 @@ class WakeListener:
                     # its linger; the check after that window sends one if the job still
                     # waits. A rate-limited kind's tokens pop a timer each (issue 38).
                     if self._check_at is None:
-                        self._check_at = time.monotonic() + self.coalesce_seconds
+                        self._check_at = time.monotonic() + self._coalesce_now()
                 if self._check_at is not None and time.monotonic() >= self._check_at:
                     self._check_at = None
                     due_now = True
@@ -388,10 +389,17 @@ class WakeListener:
         linger_signal.nudge()  # a lingering drain reads the claim index now, not at its poll
         # Read whatever else arrives in the next moments: one decision for a burst; each
         # notification still nudges the lingering drains (linger_signal rate-limits it).
-        for notification in self.connection.notifies(timeout=self.coalesce_seconds):
+        # With no drain running (the cluster idle past its lingers) nobody would take the
+        # job within that window: check at once (issue 37, point 1).
+        for notification in self.connection.notifies(timeout=self._coalesce_now()):
             due_now = self._heard(notification.payload) or due_now
             linger_signal.nudge()
         return due_now
+
+    def _coalesce_now(self) -> float:
+        """How long to read a burst before the due check: the coalescing window while a
+        drain of this cluster runs (it may take the job itself), else none."""
+        return self.coalesce_seconds if linger_signal.drains_running() else 0.0
 
     def _heard(self, payload: str) -> bool:
         """One notification: True if a job may be due now. A due time ahead arms a timer;

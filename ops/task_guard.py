@@ -29,9 +29,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import DatabaseError, transaction
+from django.utils import timezone
 from django_q.brokers.orm import ORM
+from django_q.conf import Conf
 from django_q.signing import BadSignature, SignedPackage
 
+from jobs import pusher_signal
 from jobs.wakeup import WAKE_TASK
 from ops.models import RefusedTask
 from ops.schedules import SCHEDULES
@@ -146,7 +149,7 @@ class GuardedOrmBroker(ORM):
 
     def dequeue(self) -> list[tuple[Any, Any]] | None:
         try:
-            tasks = super().dequeue()
+            tasks = self._take()
         except DatabaseError as exc:
             # django-q2's pusher logs any error with a traceback, ends, and is restarted by
             # the sentinel 10 s later: four lines every 10 s through an outage. A lost
@@ -178,6 +181,27 @@ class GuardedOrmBroker(ORM):
                 _record_task(task, reason=reason, source=RefusedTask.Source.BROKER)
                 self.fail(ack_id)
         return kept
+
+    def _take(self) -> list[tuple[Any, Any]] | None:
+        """django-q2 1.11's `ORM.dequeue`, but an empty broker is waited on through the
+        listener's nudge (jobs/pusher_signal.py) instead of a plain sleep of Q_POLL: the
+        wake task for a job committed into an idle cluster is taken at once (issue 37,
+        point 1). Each row is still taken by moving its lock forward only if no other
+        cluster moved it first."""
+        rows = self.get_connection().filter(key=self.list_key, lock__lt=timezone.now())[: Conf.BULK]
+        if not rows:
+            pusher_signal.wait(Conf.POLL)
+            return None
+        taken = []
+        for row in rows:
+            moved = (
+                self.get_connection()
+                .filter(id=row.id, lock=row.lock)
+                .update(lock=self.timeout(row))
+            )
+            if moved:
+                taken.append((row.pk, row.payload))
+        return taken
 
     def _refuse(self, ack_id: Any, *, func: str, reason: str) -> None:
         with transaction.atomic():

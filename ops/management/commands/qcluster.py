@@ -13,7 +13,7 @@ from django.db import connections
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as DjangoQClusterCommand
 
-from jobs import cluster_stop, floor_hints, linger_signal, registry
+from jobs import cluster_stop, floor_hints, linger_signal, pusher_signal, registry
 from jobs.kind_caps import kind_caps_line, kind_caps_sync
 from jobs.kind_rates import kind_rates_line, kind_rates_sync
 from jobs.periodic_scheduler import periodic_scheduler_running
@@ -62,6 +62,7 @@ class Command(DjangoQClusterCommand):
         # inherits it; Ctrl-C / SIGTERM go to django-q2's handler, which stops the cluster,
         # and the listener ends with it.
         linger_signal.open_signal()  # before the fork: every worker inherits the pipe
+        pusher_signal.open_signal()  # and the pusher its own (issue 37, point 1)
         floor_hints.open_hints()  # likewise the listener's hints to the claimers' floors
         cluster_stop.open_flag()  # and the stop its drains read (issue 37, point 9)
         # Nor may any child inherit this process's database connection (ensure_schedules
