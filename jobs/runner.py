@@ -22,12 +22,13 @@ from collections.abc import Callable
 
 from django.db import DatabaseError, connection
 
-from jobs import registry, services
+from jobs import registry
 from jobs.completer import RunSummary, count_completions, record, settle
 from jobs.conf import get_config
 from jobs.keeper import Keeper
 from jobs.ledger import ASYNC, THREAD, Done, Ledger
 from jobs.producer import due_now, due_within, reconnecting, send_step, wait_until
+from jobs.runner_step import Step, new_worker_id
 from jobs.slots import Executor
 from jobs.stopping import Supervisor, give_up_hung, retire_inline
 from processes.beacon import doing, using_slots
@@ -76,7 +77,7 @@ def run_pending(
     config = get_config()
     inside = connection.in_atomic_block
     inline = inside or config.concurrency == 1
-    summary = RunSummary(worker=services.new_worker_id())
+    summary = RunSummary(worker=new_worker_id())
     if not inline:
         registry.check_reservations(
             threads=config.concurrency, async_tasks=config.async_concurrency
@@ -268,7 +269,7 @@ class _Drain:
         wait = self.config.linger_poll_seconds * 2**self.fruitless
         self.poll_claim_at = time.monotonic() + min(wait, FRUITLESS_POLL_MAX_SECONDS)
 
-    def send_now(self, claim: int) -> services.Step | None:
+    def send_now(self, claim: int) -> Step | None:
         with self.ledger.handing_back:
             done = self.ledger.take_done()
         return self.send(done, claim)
@@ -379,7 +380,7 @@ class _Drain:
             size = min(size, left)
         return max(0, size)
 
-    def send(self, done: list[Done], claim: int) -> services.Step | None:
+    def send(self, done: list[Done], claim: int) -> Step | None:
         """Send the completions and the claim; start nothing. None: the connection stayed
         lost (completions unknown, the reaper decides)."""
         want_more = claim > 0 and self.wake_others is not None and not self.woke_others

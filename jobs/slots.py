@@ -8,7 +8,7 @@ tasks on one event loop in a thread of the worker process, up to JOBS_ASYNC_CONC
 once (the runner's ledger counts the slots; this module only runs what it is given).
 
 A slot talks to the database only for its handler: an `atomic` handler's transaction, and
-the completion that must commit with that handler's writes (`services.job_complete`, as
+the completion that must commit with that handler's writes (`outcomes.job_complete`, as
 before issue 37). Every other outcome goes back to the runner as an `Outcome`, and the
 completer records it on the drain's connection.
 
@@ -46,8 +46,10 @@ import psycopg
 from django.db import connection, transaction
 from psycopg.pq import TransactionStatus
 
-from jobs import registry, services
+from jobs import registry
 from jobs.exceptions import LeaseLost
+from jobs.outcomes import job_complete
+from jobs.runner_step import ClaimedJob
 from jobs.stops import STOP_CANCEL, STOP_SHUTDOWN, STOP_TIMEOUT
 from project.reconnect import discard_broken_connection
 
@@ -86,7 +88,7 @@ class Slot:
     """One running job: its claim, its monotonic start and its context; once asked to stop,
     why and when (monotonic); an async one's loop and task, to cancel it."""
 
-    job: services.ClaimedJob
+    job: ClaimedJob
     started: float
     context: JobContext
     is_async: bool = False
@@ -153,11 +155,11 @@ class Outcome:
     error: BaseException | None = None
 
     @property
-    def job(self) -> services.ClaimedJob:
+    def job(self) -> ClaimedJob:
         return self.slot.job
 
 
-def new_slot(job: services.ClaimedJob, started: float) -> Slot:
+def new_slot(job: ClaimedJob, started: float) -> Slot:
     timeout = registry.timeout_of(job.kind)
     started_at = datetime.now(UTC)
     context = JobContext(
@@ -269,7 +271,7 @@ def run_sync(slot: Slot, *, worker: str, units: TransactionUnits | None = None) 
                         raise _Stopped(slot.stop_reason)  # rolled back; the completer records
                     if _wrote_nothing():
                         return Outcome(slot, "done")  # nothing to commit: the next statement
-                    services.job_complete(
+                    job_complete(
                         job=job, worker=worker, started_ago=time.monotonic() - slot.started
                     )
         finally:
@@ -384,7 +386,7 @@ class Executor:
         self._beat_posted: float | None = None  # a beat posted to the loop, not run yet
         self._loop_thread: threading.Thread | None = None
 
-    def start(self, job: services.ClaimedJob, started: float) -> Slot:
+    def start(self, job: ClaimedJob, started: float) -> Slot:
         """Start `job` (claimed, its slot counted by the caller) at monotonic `started`."""
         slot = new_slot(job, started)
         with self.lock:

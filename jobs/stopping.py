@@ -24,12 +24,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from jobs import services
 from jobs.completer import RunSummary
 from jobs.conf import Config
 from jobs.keeper import ago
 from jobs.ledger import Ledger
 from jobs.retire import EXIT_RETIRED
+from jobs.runner_step import job_runner_step
 from jobs.slots import Executor, Outcome, Slot
 from jobs.stops import (
     STOP_CANCEL,
@@ -203,7 +203,7 @@ def retire_inline(executor: Executor, ledger: Ledger, worker: str, config: Confi
     starts another. Never in a caller's transaction (a test's): the runner does not ask."""
     with ledger.handing_back:
         done, unstarted = ledger.take_done(), ledger.take_unstarted()
-        services.job_runner_step(
+        job_runner_step(
             worker=worker,
             done=ago(done),
             release=[job.id for job in unstarted],

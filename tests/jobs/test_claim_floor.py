@@ -30,7 +30,7 @@ from jobs.claim_floor import (
 )
 from jobs.models import Job
 from jobs.runner import run_pending
-from jobs.services import job_runner_step
+from jobs.runner_step import job_runner_step
 from tests.support.processes import wait_until
 from tests.support.sessions import other_session
 

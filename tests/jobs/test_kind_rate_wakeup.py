@@ -16,7 +16,7 @@ from django.db import connections
 from django_q.models import OrmQ
 
 from jobs import linger_signal
-from jobs.services import job_runner_step
+from jobs.runner_step import job_runner_step
 from jobs.wakeup import WakeListener, wake_tasks_in_broker
 from tests.support.wakeup import plain_insert
 

@@ -23,7 +23,7 @@ from jobs import handler
 from jobs.kind_rates import Rate, kind_rates_line, kind_rates_sync, parse_rate
 from jobs.models import Job, KindRate
 from jobs.registry import kind_rates
-from jobs.services import job_claim_batch, job_runner_step
+from jobs.runner_step import job_claim_batch, job_runner_step
 from jobs.wakeup import _LOOK_AHEAD_SQL, _due_now_sql
 from tests.jobs.handlers import RATED_HOURLY_KIND, RATED_KIND, RATED_RATE
 from tests.support.wakeup import raw_connection
