@@ -17,12 +17,12 @@ from django.db import DatabaseError, connection
 from jobs import registry, selectors
 from jobs.conf import get_config
 from jobs.exceptions import Snooze
+from jobs.handler_run import Outcome
 from jobs.keeper import ago
 from jobs.ledger import Done, Ledger, must_flush
 from jobs.outcomes import exception_message, job_record_failure
 from jobs.producer import reconnecting
 from jobs.runner_step import ClaimedJob, Step, job_runner_step
-from jobs.slots import Outcome
 from jobs.snoozing import spent_reason
 from jobs.stops import STOP_CANCEL, STOP_TIMEOUT, job_record_stopped
 from project.reconnect import Reconnect, connection_lost, discard_broken_connection

@@ -26,11 +26,12 @@ from collections.abc import Callable
 
 from jobs.completer import RunSummary
 from jobs.conf import Config
+from jobs.handler_run import Outcome, Slot
 from jobs.keeper import ago
 from jobs.ledger import Ledger
 from jobs.retire import EXIT_RETIRED
 from jobs.runner_step import job_runner_step
-from jobs.slots import Executor, Outcome, Slot
+from jobs.slots import Executor
 from jobs.stops import (
     STOP_CANCEL,
     STOP_LOOP_BLOCKED,

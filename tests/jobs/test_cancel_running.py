@@ -16,8 +16,7 @@ from jobs.models import Job, JobAttempt
 from jobs.operator_actions import jobs_cancel, jobs_retry_now
 from jobs.reaper import jobs_reap_stale
 from jobs.runner_step import job_claim_batch
-from jobs.slots import STOP_CANCEL
-from jobs.stops import job_record_stopped
+from jobs.stops import STOP_CANCEL, job_record_stopped
 from tests.jobs.stop_handlers import GATES, SEEN
 from tests.jobs.test_admin import _confirm
 from tests.support.processes import wait_until
