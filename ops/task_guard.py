@@ -32,7 +32,7 @@ from django.db import DatabaseError, transaction
 from django_q.brokers.orm import ORM
 from django_q.signing import BadSignature, SignedPackage
 
-from jobs.wakeup import WAKE_TASK
+from jobs.wake_tasks import WAKE_TASK
 from ops.models import RefusedTask
 from ops.schedules import SCHEDULES
 from project.reconnect import Reconnect, connection_lost
