@@ -1,7 +1,7 @@
 """A nudge from the wake-up listener to the qcluster's lingering drains (issue 29, point 5).
 
 A drain that runs out of jobs lingers, reading the claim index every
-JOBS_LINGER_POLL_SECONDS (jobs/runner.py). The listener, in the cluster's main process,
+JOBS_LINGER_POLL_SECONDS (jobs/drain.py). The listener, in the cluster's main process,
 hears the jobs table's NOTIFY as soon as a job is committed; through a pipe opened before
 django-q2 forks (every worker inherits it) it nudges the lingering drains, which read the
 claim index at once instead of at their next poll. A nudge only moves a read forward, and

@@ -92,7 +92,7 @@ def job_runner_step(
     seconds ago, so the stamp is on the database's clock) when it marks or completes it.
     Claims are handed out in a batch, but the runner starts them at once, one after
     another, and gives back what it has not started when a job runs longer than
-    JOBS_HOLD_UNSTARTED_SECONDS (point 4; jobs/runner.py). The claim ends with the first
+    JOBS_HOLD_UNSTARTED_SECONDS (point 4; jobs/keeper.py). The claim ends with the first
     job whose kind is in `slow_kinds` (kinds that recently ran longer than that): nothing is
     claimed that would wait behind it, to be given back and claimed again (issue 29, point
     3; migration jobs/0013, `jobs_runner_step_v2`). With `floor`, the due scan keeps only

@@ -10,7 +10,7 @@ the same path for a qcluster worker and `run_jobs`, which has no listener) and a
 to stop; and it marks `hung` every handler that has not returned JOBS_STOP_GRACE_SECONDS
 after it was asked. A hung handler cannot be killed (a thread) or will not stop (an async
 one that swallows its cancellation, or blocks the event loop): the drain then stops
-claiming, lets its other slots finish and its process retires (jobs/runner.py,
+claiming, lets its other slots finish and its process retires (jobs/drain.py,
 jobs/retire.py). Nothing here writes a job's outcome: the completer does, once the handler
 has returned, and the reaper after the retired process is gone (I21).
 """
