@@ -33,7 +33,7 @@ from django.db import connection  # noqa: E402
 from django.test.utils import setup_databases, teardown_databases  # noqa: E402
 
 import jobs  # noqa: E402
-from jobs.services import job_runner_step, new_worker_id  # noqa: E402
+from jobs.runner_step import job_runner_step, new_worker_id  # noqa: E402
 
 DROP_0019 = """
 DROP INDEX jobs_job_unique_key; DROP INDEX jobs_job_tags_idx; DROP INDEX jobs_job_meta_idx;

@@ -50,7 +50,7 @@ from django_q.models import OrmQ  # noqa: E402
 from bench.support import dsn_from_settings, ensure_database, stop_qcluster  # noqa: E402, F401
 from jobs import enqueue  # noqa: E402
 from jobs.models import Job  # noqa: E402
-from jobs.wakeup import wake_tasks_in_broker  # noqa: E402
+from jobs.wake_tasks import wake_tasks_in_broker  # noqa: E402
 
 KIND = "bench.noop"  # registered by bench/handlers.py in the qcluster's workers
 PLAIN_INSERT = """

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 
-# Each function imports its implementation when called: services, registry and runner import the
+# Each function imports its implementation when called: enqueueing, registry and runner import the
 # models, and this package is imported while INSTALLED_APPS loads, before models may be.
 def enqueue(kind: str, payload: dict[str, Any] | None = None, **options: Any):
     """Queue a job in the caller's transaction (it becomes visible with the caller's commit).

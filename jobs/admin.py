@@ -1,4 +1,5 @@
-"""Jobs in the admin: read-only rows, per-status counts, and two actions that call services.
+"""Jobs in the admin: read-only rows, per-status counts, and two actions that call
+jobs/operator_actions.py.
 
 Nobody edits a job by hand; an operator retries or cancels, and each action is one
 queryset-level UPDATE, so "select all 12,000 failed jobs → retry now" is one statement.
@@ -20,7 +21,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from jobs import registry, services
+from jobs import registry
 from jobs.admin_search import TagFilter, UniqueKeyFilter
 from jobs.admin_search import search as search_by_name
 from jobs.admin_views import CANCELLABLE, JobActionViews
@@ -30,6 +31,7 @@ from jobs.error_groups import (
     jobs_in_error_group,
 )
 from jobs.models import Job, JobAttempt, KindCap, KindRate, PausedKind
+from jobs.operator_actions import jobs_cancel, jobs_retry_now
 from jobs.selectors import job_counts_by_kind, job_status_counts, jobs_due, jobs_stuck
 from project.admin import CappedCountPaginator, ReadOnlyAdmin, SelectorFilter
 
@@ -262,7 +264,7 @@ class JobAdmin(JobActionViews, admin.ModelAdmin):
         description="Retry now (queued, failed or cancelled jobs)", permissions=["change"]
     )
     def retry_now(self, request, queryset):
-        count = services.jobs_retry_now(jobs=queryset)
+        count = jobs_retry_now(jobs=queryset)
         self.message_user(request, f"{count} job(s) queued to run now.", messages.SUCCESS)
 
     @admin.action(
@@ -275,7 +277,7 @@ class JobAdmin(JobActionViews, admin.ModelAdmin):
         filters in its address, "select all" as select_across), not thousands of ids."""
         if request.POST.get("post") == "yes":
             running = queryset.filter(status=Job.Status.PROCESSING).count()
-            count = services.jobs_cancel(jobs=queryset)
+            count = jobs_cancel(jobs=queryset)
             asked = min(running, count)
             message = f"{count - asked} job(s) cancelled."
             if asked:  # issue 37, point 8

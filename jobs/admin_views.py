@@ -15,7 +15,6 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from jobs import services
 from jobs.error_groups import (
     ErrorGroup,
     GroupActed,
@@ -27,10 +26,11 @@ from jobs.error_groups import (
     jobs_in_error_group,
 )
 from jobs.models import Job
+from jobs.operator_actions import jobs_cancel, jobs_retry_now
 from jobs.reaper import job_reap
 from project.admin import LIST_COUNT_CAP
 
-# What services.jobs_cancel takes: a queued or failed job is cancelled at once; a running one's
+# What jobs_cancel takes: a queued or failed job is cancelled at once; a running one's
 # worker is asked to stop it, and it ends cancelled once its handler has stopped (issue 37.8).
 CANCELLABLE = (Job.Status.QUEUED, Job.Status.FAILED, Job.Status.PROCESSING)
 CANCEL_LISTED = 100  # jobs named on the cancel confirmation page; the rest are counted
@@ -148,7 +148,7 @@ class JobActionViews:
     def retry_view(self, request: HttpRequest, job_id: int) -> HttpResponseRedirect:
         if not self._may_act(request):
             raise PermissionDenied
-        count = services.jobs_retry_now(jobs=Job.objects.filter(pk=job_id))
+        count = jobs_retry_now(jobs=Job.objects.filter(pk=job_id))
         return self._act(request, job_id, "queued to run now", count)
 
     def cancel_view(self, request: HttpRequest, job_id: int) -> HttpResponse:
@@ -167,7 +167,7 @@ class JobActionViews:
                 back_url=reverse("admin:jobs_job_change", args=[job_id]),
             )
         running = job.status == Job.Status.PROCESSING
-        count = services.jobs_cancel(jobs=jobs)
+        count = jobs_cancel(jobs=jobs)
         if running and count:
             what = "asked its worker to stop: it ends cancelled once its handler has stopped"
             return self._act(request, job_id, what, count)

@@ -14,13 +14,15 @@ from dataclasses import asdict, dataclass, field
 
 from django.db import DatabaseError, connection
 
-from jobs import registry, selectors, services
+from jobs import registry, selectors
 from jobs.conf import get_config
 from jobs.exceptions import Snooze
+from jobs.handler_run import Outcome
 from jobs.keeper import ago
 from jobs.ledger import Done, Ledger, must_flush
+from jobs.outcomes import exception_message, job_record_failure
 from jobs.producer import reconnecting
-from jobs.slots import Outcome
+from jobs.runner_step import ClaimedJob, Step, job_runner_step
 from jobs.snoozing import spent_reason
 from jobs.stops import STOP_CANCEL, STOP_TIMEOUT, job_record_stopped
 from project.reconnect import Reconnect, connection_lost, discard_broken_connection
@@ -113,7 +115,7 @@ def _record_failure(
     job, exc, started = outcome.job, outcome.error, outcome.slot.started
     assert exc is not None
     result = reconnecting(
-        lambda: services.job_record_failure(
+        lambda: job_record_failure(
             job=job, worker=summary.worker, exc=exc, started_ago=time.monotonic() - started
         ),
         reconnect,
@@ -126,7 +128,7 @@ def _record_failure(
     if result == "snoozed":
         _log_snoozed(job, exc)
         return
-    message = services.exception_message(exc)
+    message = exception_message(exc)
     if isinstance(exc, Snooze):  # failed: its snoozes were spent (JOBS_MAX_SNOOZES)
         message = spent_reason(get_config().max_snoozes)
     summary.errors.append(
@@ -151,7 +153,7 @@ def _record_failure(
     )
 
 
-def _log_snoozed(job: services.ClaimedJob, snooze: BaseException) -> None:
+def _log_snoozed(job: ClaimedJob, snooze: BaseException) -> None:
     logger.info(
         "job #%s %s snoozed for %g s (no attempt spent)",
         job.id,
@@ -213,8 +215,8 @@ def settle(ledger: Ledger, summary: RunSummary) -> None:
     done, unstarted = ledger.take_done(), ledger.take_unstarted()
     if done or unstarted:
 
-        def send() -> services.Step:
-            return services.job_runner_step(
+        def send() -> Step:
+            return job_runner_step(
                 worker=summary.worker,
                 done=ago(done),
                 release=[job.id for job in unstarted],
@@ -270,7 +272,7 @@ def count_completions(
 
 
 def count_completion(
-    job: services.ClaimedJob, completed: bool, summary: RunSummary, *, unsure: bool = False
+    job: ClaimedJob, completed: bool, summary: RunSummary, *, unsure: bool = False
 ) -> None:
     """Count a completion sent after the handler returned; a row no longer ours was reaped.
     A completion sent again after a lost answer finds nothing to do when the lost one had
@@ -287,7 +289,7 @@ def count_completion(
     _log_lost(job, "it wrote nothing in its transaction", "it committed its own steps")
 
 
-def _log_lost(job: services.ClaimedJob, atomic: str, outside: str) -> None:
+def _log_lost(job: ClaimedJob, atomic: str, outside: str) -> None:
     in_transaction = registry.runs_in_transaction(job.kind) and not registry.is_async(job.kind)
     logger.warning(
         "job #%s %s was reaped while running; %s",

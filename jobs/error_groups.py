@@ -1,7 +1,7 @@
 """Failed jobs grouped by kind, exception class and normalised message (issue 20).
 
 A group is read from `last_error`'s first line ("ExceptionClass: message", as
-services.format_error writes it): numbers become N, long hex runs (ids, hashes) X, quoted
+outcomes.format_error writes it): numbers become N, long hex runs (ids, hashes) X, quoted
 text '…', so "user 41 not found" and "user 97 not found" are one group. A group's key is the
 md5 of kind, class and normalised message, stored in `error_group` by the database's trigger
 (jobs migration 0008, which also defines the SQL functions jobs_error_class and
@@ -21,8 +21,8 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.urls import reverse
 
-from jobs import services
 from jobs.models import Job
+from jobs.operator_actions import jobs_cancel, jobs_retry_now
 
 logger = logging.getLogger(__name__)
 TABLE = Job._meta.db_table
@@ -66,7 +66,7 @@ def job_error_groups(*, limit: int = GROUPS_LISTED) -> list[ErrorGroup]:
     jobs_job_error_group_idx (error_group, failed_at, id); kind, class and message are then
     read from that one row of each listed group, by primary key: the cost follows the number
     of failed rows, never (groups x rows). That row's error, up to the blank line before its
-    traceback (`services.format_error`: the message, and psycopg's DETAIL line with it), is
+    traceback (`outcomes.format_error`: the message, and psycopg's DETAIL line with it), is
     the group's sample."""
     return _read_groups(only="", limit=limit)
 
@@ -119,16 +119,16 @@ class GroupActed:
 
 
 def error_group_retry(*, key: str) -> GroupActed:
-    """Queue every failed job of one group to run now (`services.jobs_retry_now`: one
+    """Queue every failed job of one group to run now (`operator_actions.jobs_retry_now`: one
     UPDATE)."""
-    return _act(key, "retried", services.jobs_retry_now)
+    return _act(key, "retried", jobs_retry_now)
 
 
 def error_group_cancel(*, key: str) -> GroupActed:
-    """Cancel every failed job of one group (`services.jobs_cancel`: one UPDATE, the rules
+    """Cancel every failed job of one group (`operator_actions.jobs_cancel`: one UPDATE, the rules
     of a single job's Cancel; `failed_at` and the error stay as history). A job of the group
     retried meanwhile is queued, no longer in the group, and is left alone."""
-    return _act(key, "cancelled", services.jobs_cancel)
+    return _act(key, "cancelled", jobs_cancel)
 
 
 def _act(key: str, verb: str, service) -> GroupActed:

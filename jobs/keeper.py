@@ -19,9 +19,10 @@ from collections.abc import Callable
 
 from django.db import connection
 
-from jobs import services
 from jobs.conf import get_config
 from jobs.ledger import Done, Ledger
+from jobs.outcomes import job_heartbeat, jobs_mark_started
+from jobs.runner_step import job_runner_step
 from jobs.slow_kinds import slow_kinds
 from project.reconnect import Reconnect, discard_broken_connection
 
@@ -76,7 +77,7 @@ class Keeper(threading.Thread):
             while not self._stopped.wait(min(hold / 2, max(0.0, next_beat - time.monotonic()))):
                 if time.monotonic() >= next_beat:
                     try:
-                        services.job_heartbeat(worker=self.worker, job_ids=self.ledger.held_ids())
+                        job_heartbeat(worker=self.worker, job_ids=self.ledger.held_ids())
                     except Exception as exc:  # noqa: BLE001 - the keeper's catch-all: reconnect, beat again soon
                         next_beat = time.monotonic() + reconnect.failed(exc)
                         continue
@@ -129,7 +130,7 @@ class Keeper(threading.Thread):
                 # Apart from the marks: this statement must not lock a running job's row,
                 # which the handler's own transaction takes last (job_complete) while it may
                 # hold a counter shard this statement's triggers wait for.
-                step = services.job_runner_step(
+                step = job_runner_step(
                     worker=self.worker,
                     done=ago(done),
                     release=[job.id for job in release],
@@ -152,7 +153,7 @@ class Keeper(threading.Thread):
                 # Not a row that is locked: then the reaper is taking it or the handler
                 # completing it, and the mark would only queue behind them.
                 now = time.monotonic()
-                services.jobs_mark_started(
+                jobs_mark_started(
                     worker=self.worker, started=[(job.id, now - started) for job, started in long]
                 )
                 long = []

@@ -22,12 +22,13 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from jobs import registry, services
+from jobs import registry
 from jobs.conf import get_config
+from jobs.runner_step import ClaimedJob
 
 THREAD, ASYNC = "thread", "async"
 
-Done = tuple[services.ClaimedJob, float]  # a job run, and its handler's monotonic start
+Done = tuple[ClaimedJob, float]  # a job run, and its handler's monotonic start
 
 
 def must_flush(done: list[Done]) -> bool:
@@ -42,7 +43,7 @@ def must_flush(done: list[Done]) -> bool:
     return any(not registry.is_idempotent(job.kind) for job, _started in done)
 
 
-def pool_of(job: services.ClaimedJob) -> str:
+def pool_of(job: ClaimedJob) -> str:
     return pool_of_kind(job.kind)
 
 
@@ -78,18 +79,18 @@ class Ledger:
         self.handing_back = threading.Lock()  # held by the keeper while its statements run
         self.capacity = {THREAD: threads, ASYNC: async_tasks}
         self.busy = {THREAD: 0, ASYNC: 0}
-        self.unstarted: deque[services.ClaimedJob] = deque()
+        self.unstarted: deque[ClaimedJob] = deque()
         self.running: dict[int, Done] = {}
         self.marked: set[int] = set()  # running jobs the keeper has marked started
         self.last_start = time.monotonic()  # of a job, or of the last claim
         self.done: list[Done] = []
         self.holding: dict[int, str] = {}  # job id -> pool, of completions held until flushed
         self.released = 0  # given back unstarted (by the keeper or at the end)
-        self.settled: list[tuple[services.ClaimedJob, bool]] = []  # completions the keeper sent
+        self.settled: list[tuple[ClaimedJob, bool]] = []  # completions the keeper sent
         self.unsure: set[int] = set()  # completions sent in a statement whose answer was lost
         self.flush_pending = False  # a completion in `done` must be flushed before a start
 
-    def add(self, jobs: list[services.ClaimedJob]) -> None:
+    def add(self, jobs: list[ClaimedJob]) -> None:
         with self.lock:
             self.unstarted.extend(jobs)
             self.last_start = time.monotonic()
@@ -126,7 +127,7 @@ class Ledger:
                 return job, now
             return None
 
-    def finished(self, job: services.ClaimedJob, *, done: bool) -> None:
+    def finished(self, job: ClaimedJob, *, done: bool) -> None:
         """`job` left its slot; `done`: its completion goes with a later statement. The slot
         stays busy while that completion must still be flushed."""
         with self.lock:
@@ -241,7 +242,7 @@ class Ledger:
             ids.extend(self.running)
             return ids
 
-    def take_unstarted(self) -> list[services.ClaimedJob]:
+    def take_unstarted(self) -> list[ClaimedJob]:
         with self.lock:
             unstarted = list(self.unstarted)
             self.unstarted.clear()

@@ -2,7 +2,7 @@
 and the drains' sign of life the listener reads (issue 37, point 1).
 
 A drain that runs out of jobs lingers, reading the claim index every
-JOBS_LINGER_POLL_SECONDS (jobs/runner.py). The listener, in the cluster's main process,
+JOBS_LINGER_POLL_SECONDS (jobs/drain.py). The listener, in the cluster's main process,
 hears the jobs table's NOTIFY as soon as a job is committed; through a pipe opened before
 django-q2 forks (every worker inherits it; jobs/nudge_pipe.py) it nudges the lingering
 drains, which read the claim index at once instead of at their next poll. A nudge only

@@ -7,7 +7,7 @@ qcluster on every host runs one; the database decides which of them enqueues a t
 
 - `fire()` inserts the tick's row, keyed by (schedule, tick time), with ON CONFLICT DO
   NOTHING, and only the transaction whose insert wrote the row enqueues the job, in that same
-  transaction (`jobs.services.enqueue`). A second inserter of the same key waits for the
+  transaction (`jobs.enqueueing.enqueue`). A second inserter of the same key waits for the
   first's commit and then writes nothing; if the first rolled back, the second enqueues. The
   rows have no foreign key to the job, so they outlive its pruning and a tick never re-fires.
 - At start (`catch_up`) a schedule whose last recorded tick is older than its latest due tick
@@ -29,8 +29,8 @@ from datetime import datetime, timedelta
 
 from django.db import connection, connections, transaction
 
+from jobs.enqueueing import enqueue
 from jobs.periodic_ticks import Periodic, count_between, declared, latest_tick, next_tick
-from jobs.services import enqueue
 from project.db_clock import db_now
 from project.quiet_log import QuietLog
 

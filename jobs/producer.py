@@ -14,11 +14,12 @@ from typing import TypeVar
 from django.db import DatabaseError
 from django.utils import timezone
 
-from jobs import linger_signal, selectors, services
+from jobs import linger_signal, selectors
 from jobs.claim_floor import claim_floor
 from jobs.conf import get_config
 from jobs.keeper import ago
 from jobs.ledger import Done, Room, must_flush
+from jobs.runner_step import Step, job_runner_step
 from jobs.slow_kinds import slow_kinds
 from project.reconnect import Reconnect, connection_lost, sleep_until
 
@@ -36,7 +37,7 @@ def send_step(
     want_more: bool,
     slow: bool = True,
     room: Callable[[], Room] | None = None,
-) -> tuple[services.Step | None, bool]:
+) -> tuple[Step | None, bool]:
     """The drain's statement (completions, then a claim), sent again after a lost
     connection; returns the step (None if the connection stayed lost) and whether it was
     sent more than once (an earlier try may have committed with its answer lost).
@@ -45,7 +46,7 @@ def send_step(
     read as the statement goes (the claim takes no more of a kind than they can start)."""
     tries = 0
 
-    def send() -> services.Step:
+    def send() -> Step:
         nonlocal tries
         tries += 1
         # Issue 32, point 1: the scan starts at this process's floor (a full scan every
@@ -56,7 +57,7 @@ def send_step(
         ends = slow_kinds.get(get_config().hold_unstarted_seconds) if claim and slow else []
         space = room() if claim and room is not None else None
         sent = time.monotonic()  # the statement's time, not the slow-kind read's
-        step = services.job_runner_step(
+        step = job_runner_step(
             worker=worker,
             done=ago(done),
             claim=claim,

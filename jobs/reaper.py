@@ -1,7 +1,8 @@
 """The reaper: `processing` rows whose worker died (kill -9, OOM, a lost host) are reclaimed
 after their lease ran out (I4): queued again with backoff, or failed when their attempts are
 spent. Idempotent and safe to run from two workers at once. Called by the reap_stale_jobs
-task and `manage.py reap_stale`; the other writes to the Job table are in services.py.
+task and `manage.py reap_stale`; the other writes to the Job table are in runner_step.py,
+outcomes.py and operator_actions.py.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from jobs.models import Job
-from jobs.services import job_retry_delay
+from jobs.outcomes import job_retry_delay
 from jobs.stops import given_up_reason
 from project.db_clock import db_now
 

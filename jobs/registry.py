@@ -90,8 +90,8 @@ def handler(
     An `async def` handler runs as a task on the worker process's event loop (issue 37);
     `atomic` does not apply to it (Django's transactions are synchronous): its completion is
     recorded as an `atomic=False` handler's is. A handler that takes a second positional
-    argument gets the job's context (`jobs.slots.JobContext`: id, kind, attempt, its start,
-    whether it was asked to stop); decided here, once, from its signature.
+    argument gets the job's context (`jobs.handler_run.JobContext`: id, kind, attempt, its
+    start, whether it was asked to stop); decided here, once, from its signature.
 
     `timeout=seconds` (JOBS_DEFAULT_TIMEOUT_SECONDS when left out): past it the handler is
     asked to stop (an `async def` one's task is cancelled; a thread one sees

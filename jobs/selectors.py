@@ -141,7 +141,7 @@ def job_attempt_completed_by(*, job_id: int, number: int, worker: str) -> bool:
 
 
 # One round trip for a lingering drain: is a job due (`jobs_first_due_v1`, migration 0017,
-# as the wake-up listener's own check in jobs/wakeup.py and the claim read it: a range of
+# as the wake-up listener's own check in jobs/due_check_sql.py and the claim read it: a range of
 # jobs_job_lane_idx per lane that may run, at or above the caller's floor, issue 32 point
 # 1), and is a django-q2 task waiting in the ORM broker for a worker (a row whose lock has
 # passed: queued, or its retry is due).

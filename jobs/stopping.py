@@ -10,7 +10,7 @@ the same path for a qcluster worker and `run_jobs`, which has no listener) and a
 to stop; and it marks `hung` every handler that has not returned JOBS_STOP_GRACE_SECONDS
 after it was asked. A hung handler cannot be killed (a thread) or will not stop (an async
 one that swallows its cancellation, or blocks the event loop): the drain then stops
-claiming, lets its other slots finish and its process retires (jobs/runner.py,
+claiming, lets its other slots finish and its process retires (jobs/drain.py,
 jobs/retire.py). Nothing here writes a job's outcome: the completer does, once the handler
 has returned, and the reaper after the retired process is gone (I21).
 """
@@ -24,13 +24,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from jobs import services
 from jobs.completer import RunSummary
 from jobs.conf import Config
+from jobs.handler_run import Outcome, Slot
 from jobs.keeper import ago
 from jobs.ledger import Ledger
 from jobs.retire import EXIT_RETIRED
-from jobs.slots import Executor, Outcome, Slot
+from jobs.runner_step import job_runner_step
+from jobs.slots import Executor
 from jobs.stops import (
     STOP_CANCEL,
     STOP_LOOP_BLOCKED,
@@ -203,7 +204,7 @@ def retire_inline(executor: Executor, ledger: Ledger, worker: str, config: Confi
     starts another. Never in a caller's transaction (a test's): the runner does not ask."""
     with ledger.handing_back:
         done, unstarted = ledger.take_done(), ledger.take_unstarted()
-        services.job_runner_step(
+        job_runner_step(
             worker=worker,
             done=ago(done),
             release=[job.id for job in unstarted],

@@ -1,7 +1,7 @@
 """The writes and reads of stopped jobs (issue 37, points 6, 8, 9 and 10): a job whose handler
 timed out, was cancelled while it ran, or was asked to stop because its process stops.
 
-Ownership as in services.py: every write to a `processing` row is guarded by `locked_by`,
+Ownership as in runner_step.py: every write to a `processing` row is guarded by `locked_by`,
 the status and the attempt number, so a late outcome of an older attempt (the reaper took
 the row, another drain claimed it again) changes nothing. Each stopped attempt of a timeout
 or a cancel leaves a `JobStop` row in the same transaction, which the health page,
@@ -19,9 +19,10 @@ from django.db import connection, transaction
 from django.db.models import Count, QuerySet
 from django.db.models.functions import Coalesce, Now
 
-from jobs import services
 from jobs.exceptions import JobCancelled, JobTimedOut, WorkerStopping
 from jobs.models import Job, JobStop
+from jobs.outcomes import format_error, job_record_failure
+from jobs.runner_step import ClaimedJob
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def stop_error(reason: str, *, seconds: float | None) -> BaseException:
 
 def job_record_stopped(
     *,
-    job: services.ClaimedJob,
+    job: ClaimedJob,
     worker: str,
     reason: str,
     seconds: float | None = None,
@@ -69,15 +70,13 @@ def job_record_stopped(
             return _given_back(job=job, worker=worker, reason=reason)
         exc = stop_error(reason, seconds=seconds)
         exc.__cause__ = cause
-        outcome = services.job_record_failure(
-            job=job, worker=worker, exc=exc, started_ago=started_ago
-        )
+        outcome = job_record_failure(job=job, worker=worker, exc=exc, started_ago=started_ago)
         if outcome != "lost" and reason == STOP_TIMEOUT:
             _stopped(job, JobStop.Reason.TIMEOUT)
     return outcome
 
 
-def _cancel_requested(job: services.ClaimedJob, worker: str) -> bool:
+def _cancel_requested(job: ClaimedJob, worker: str) -> bool:
     return Job.objects.filter(
         pk=job.id,
         locked_by=worker,
@@ -87,8 +86,8 @@ def _cancel_requested(job: services.ClaimedJob, worker: str) -> bool:
     ).exists()
 
 
-def _record_cancelled(*, job: services.ClaimedJob, worker: str, started_ago: float) -> str:
-    error = services.format_error(stop_error(STOP_CANCEL, seconds=None)).split("\n", 1)[0]
+def _record_cancelled(*, job: ClaimedJob, worker: str, started_ago: float) -> str:
+    error = format_error(stop_error(STOP_CANCEL, seconds=None)).split("\n", 1)[0]
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -113,13 +112,13 @@ def _record_cancelled(*, job: services.ClaimedJob, worker: str, started_ago: flo
     return "cancelled"
 
 
-def _given_back(*, job: services.ClaimedJob, worker: str, reason: str) -> str:
+def _given_back(*, job: ClaimedJob, worker: str, reason: str) -> str:
     """Its process stopped it (SIGTERM, or another handler blocked its event loop): queued
     again at once with its attempt given back, as an unstarted claim's is: the job did not
     fail, and a deploy must not fail a job on its last attempt. Its history row says
     `released`, with the reason. 'retried', or 'lost' when the row is no longer this
     attempt's."""
-    error = services.format_error(stop_error(reason, seconds=None)).split("\n", 1)[0]
+    error = format_error(stop_error(reason, seconds=None)).split("\n", 1)[0]
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -140,7 +139,7 @@ def _requested_at(job_id: int) -> str:
 
 
 def job_give_up(
-    *, job: services.ClaimedJob, worker: str, reason: str, seconds: float | None, grace: float
+    *, job: ClaimedJob, worker: str, reason: str, seconds: float | None, grace: float
 ) -> bool:
     """A handler asked to stop has not returned within `grace`: its process retires (exits, to
     be replaced) and leaves the job `processing` (a thread cannot be killed: re-queued while
@@ -148,7 +147,7 @@ def job_give_up(
     `last_error` and a lease that runs out soon after the process is gone, so the reaper
     re-queues it with that reason in its attempt history (jobs/reaper.py). True when the row
     was still this attempt's."""
-    head = services.format_error(stop_error(reason, seconds=seconds)).split("\n", 1)[0]
+    head = format_error(stop_error(reason, seconds=seconds)).split("\n", 1)[0]
     error = given_up_error(head, attempt=job.attempts, grace=grace, worker=worker)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
@@ -189,7 +188,7 @@ def given_up_reason(last_error: str, attempt: int) -> str | None:
     return head if f"(attempt {attempt}: {GIVEN_UP_MARK}" in head else None
 
 
-def _stopped(job: services.ClaimedJob, reason: str) -> None:
+def _stopped(job: ClaimedJob, reason: str) -> None:
     JobStop.objects.create(job_id=job.id, attempt=job.attempts, kind=job.kind, reason=reason)
 
 

@@ -8,7 +8,7 @@ from jobs import cluster_stop, lanes, reaper
 from jobs.conf import get_config
 from jobs.pruning import jobs_prune
 from jobs.runner import run_pending
-from jobs.wakeup import request_wake
+from jobs.wake_tasks import request_wake
 
 logger = logging.getLogger(__name__)
 

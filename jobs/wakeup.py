@@ -9,10 +9,8 @@ plain INSERT.
 
 One `WakeListener` per qcluster, in its main process (ops' `qcluster` command), holds a
 dedicated psycopg connection that LISTENs, and turns notifications into django-q2 wake
-tasks (`jobs.tasks.run_due_jobs`): at most one of them pending at a time, and no new one
-while `workers` of them are already outstanding, so a burst of 150 inserts/s leaves at most
-workers + 1 wake tasks in the broker. A running drain claims until nothing is due, so a
-job inserted while every worker drains is picked up by those drains.
+tasks (`jobs.tasks.run_due_jobs`) through `request_wake` (jobs/wake_tasks.py: at most one
+pending, at most workers + 1 outstanding). Its statements are jobs/due_check_sql.py's.
 
 The Job table stays the truth and the task carries no job id: a lost notification (the
 listener reconnecting, a qcluster down) costs latency only. On every reconnect the listener
@@ -24,27 +22,25 @@ from __future__ import annotations
 
 import heapq
 import logging
-import secrets
 import select
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
-from django.utils import timezone
+from django.db import DEFAULT_DB_ALIAS, connections
 
-from jobs import floor_hints, linger_signal, pusher_signal
+from jobs import floor_hints, linger_signal
 from jobs.claim_floor import ClaimFloor
 from jobs.conf import get_config
+from jobs.due_check_sql import LOOK_AHEAD_SQL, due_now_sql
+from jobs.wake_tasks import request_wake
 from project.backoff import retry_delay
 from project.quiet_log import QuietLog
 
 logger = logging.getLogger(__name__)
 
 CHANNEL = "jobs_job_due"  # the trigger's channel (jobs/migrations/0002_notify_due_trigger.py)
-WAKE_TASK = "jobs.tasks.run_due_jobs"
-WAKE_TASK_NAME = "jobs wake-up"
 WAIT_SECONDS = 1.0  # longest wait for a notification before checking whether to stop
 MAX_COALESCE_SECONDS = 0.25  # longest a burst of notifications is read before the due check
 RECONNECT_BASE_SECONDS = 0.5  # backoff between reconnect attempts, doubled up to the cap
@@ -52,7 +48,6 @@ RECONNECT_CAP_SECONDS = 30.0
 # The listener's connection lives as long as the qcluster: no statement on it may hang it
 # (issue 19.10); a timeout is an error like a lost connection, so it reconnects.
 STATEMENT_TIMEOUT_MS = 10000
-LOOK_AHEAD_SECONDS = 60  # the trigger's horizon: jobs due within it get a timer
 TIMER_MARGIN_SECONDS = 0.005  # a timer fires this long after the due time, never before
 KEEPALIVES = {  # libpq TCP keepalives (DATABASES' OPTIONS has the same for every connection)
     "keepalives": 1,
@@ -60,63 +55,12 @@ KEEPALIVES = {  # libpq TCP keepalives (DATABASES' OPTIONS has the same for ever
     "keepalives_interval": 10,
     "keepalives_count": 3,
 }
-WAKE_LOCK_KEY = 0x6A6F6273_77616B65 & 0x7FFFFFFFFFFFFFFF  # "jobswake": request_wake's xact lock
 MAX_TIMERS = 1000  # due times remembered; the look-ahead re-arms after the earliest fires
 # A due job's `run_after` (or its transaction's start) this close above the line no floor
 # can pass (the database's clock less JOBS_CLAIM_FLOOR_MARGIN_SECONDS) is still posted to
 # the claimers: the listener reads the database's clock through a round trip (the look-ahead
 # every JOBS_LISTENER_PING_SECONDS), so its reading may be behind by that trip's return.
 HINT_SLACK_SECONDS = 0.25
-
-
-def wake_tasks_in_broker(*, funcs: dict[int, str] | None = None) -> tuple[int, int]:
-    """(outstanding, pending) wake tasks in django-q2's ORM broker for this cluster.
-
-    Outstanding: queued or taken by a cluster and not yet acknowledged. Pending: not taken
-    yet (the ORM broker marks a taken task by moving its `lock` into the future). `funcs`
-    caches each row's function by id (a row's payload never changes), so a listener decodes
-    each signed payload once, not on every check.
-    """
-    from django_q.brokers import get_broker
-    from django_q.models import OrmQ
-
-    funcs = {} if funcs is None else funcs
-    now = timezone.now()
-    rows = list(OrmQ.objects.filter(key=get_broker().list_key).values_list("id", "lock"))
-    present = {pk for pk, _lock in rows}
-    for pk in set(funcs) - present:
-        del funcs[pk]
-    unknown = present - set(funcs)
-    if unknown:  # an undecodable row reads as a task of no function (django-q2's OrmQ.task)
-        for row in OrmQ.objects.filter(pk__in=unknown).only("id", "payload"):
-            funcs[row.pk] = row.func()
-    outstanding = pending = 0
-    for pk, lock in rows:
-        if funcs.get(pk) == WAKE_TASK:
-            outstanding += 1
-            pending += lock is None or lock <= now
-    return outstanding, pending
-
-
-def send_wake_task() -> None:
-    from django_q.tasks import async_task
-
-    async_task(WAKE_TASK, task_name=f"{WAKE_TASK_NAME} {secrets.token_hex(4)}")
-
-
-def request_wake(*, workers: int, funcs: dict[int, str] | None = None) -> bool:
-    """Send a wake task unless one is pending or `workers` + 1 are outstanding; True if sent."""
-    # Count and send under one transaction-level lock (PgBouncer-safe): the listener and
-    # every worker's drain ask, and a count-then-send without it let two of them pass the
-    # bound together (5 wake tasks with 2 workers, once a drain took batches).
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [WAKE_LOCK_KEY])
-        outstanding, pending = wake_tasks_in_broker(funcs=funcs)
-        if pending or outstanding >= workers + 1:
-            return False
-        send_wake_task()  # the ORM broker writes on this connection: it commits with the lock
-    pusher_signal.nudge()  # committed: the pusher reads it now, not at its next poll
-    return True
 
 
 class WakeListener:
@@ -234,7 +178,7 @@ class WakeListener:
         floor = self._floor.bound()
         # bounded, like every query on this connection
         sent = time.monotonic()
-        scanned_at, first_due = self._ping(_due_now_sql(floor))
+        scanned_at, first_due = self._ping(due_now_sql(floor))
         seen = first_due if first_due is not None else scanned_at
         self._floor.saw(
             bound=floor,
@@ -275,7 +219,7 @@ class WakeListener:
     def _look_ahead(self) -> None:
         """Ping, re-read the database's clock and arm a timer for the next job due soon."""
         assert self.connection is not None
-        db_epoch, next_due = self._ping(_LOOK_AHEAD_SQL)
+        db_epoch, next_due = self._ping(LOOK_AHEAD_SQL)
         self._db_minus_monotonic = float(db_epoch) - time.monotonic()
         self._next_check = time.monotonic() + self.ping_seconds
         if next_due is not None:
@@ -419,31 +363,8 @@ class WakeListener:
         return False
 
 
-def _due_now_sql(floor: datetime | None) -> str:
-    """The due check: the database's clock and the earliest due job's `run_after` at or
-    above `floor` (epoch seconds; NULL when none is due). As the claim reads them
-    (`jobs_first_due_v1`, migration 0017): one range of jobs_job_lane_idx per lane (kind,
-    priority) that may run, so a paused kind's rows are never read, and the dead entries a
-    pinned snapshot keeps below the floor are not walked. The statement is text: the
-    listener's asynchronous libpq calls send no parameters, and the floor is a float this
-    process formatted."""
-    lower = "'-infinity'" if floor is None else f"to_timestamp({floor.timestamp()!r})"
-    return f"""
-SELECT extract(epoch FROM clock_timestamp()),
-    extract(epoch FROM jobs_first_due_v1({lower}, statement_timestamp()))
-"""
-
-
 def _from_epoch(value: bytes) -> datetime:
     return datetime.fromtimestamp(float(value), tz=UTC)
-
-
-# The first job due within the look-ahead (after now: what is due now, the due check finds).
-_LOOK_AHEAD_SQL = f"""
-SELECT extract(epoch FROM clock_timestamp()), extract(epoch FROM jobs_first_due_v1(
-    statement_timestamp() + interval '1 microsecond',
-    statement_timestamp() + make_interval(secs => {LOOK_AHEAD_SECONDS})))
-"""
 
 
 def _wait_socket(fileno: int, deadline: float, *, write: bool = False) -> None:

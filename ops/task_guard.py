@@ -35,7 +35,7 @@ from django_q.conf import Conf
 from django_q.signing import BadSignature, SignedPackage
 
 from jobs import pusher_signal
-from jobs.wakeup import WAKE_TASK
+from jobs.wake_tasks import WAKE_TASK
 from ops.models import RefusedTask
 from ops.schedules import SCHEDULES
 from project.reconnect import Reconnect, connection_lost

@@ -158,7 +158,7 @@ def runs_the_crash_unclaimed(
     """Job pk -> runs of the crashed pass with no attempt of its own in the history: their
     claim, committed asynchronously (`jobs_runner_step`'s claim is, unless it carries a
     completion that must be flushed), was lost with the server, so the pass ran them
-    without holding them, and they run again (documented in `services.job_runner_step`)."""
+    without holding them, and they run again (documented in `runner_step.job_runner_step`)."""
     if crash is None:
         return Counter()
     pid = str(crash["pid"])

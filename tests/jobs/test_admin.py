@@ -1,4 +1,4 @@
-"""The jobs admin: counts, filters, search, readable errors, bulk actions via services."""
+"""The jobs admin: counts, filters, search, readable errors, bulk actions via operator_actions."""
 
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ def test_the_detail_page_shows_each_attempt_and_retry_is_one_audited_click(admin
 
 
 def test_a_stuck_job_shows_its_holder_and_lease_and_can_be_reaped(admin_client):
-    from jobs.services import job_claim_batch
+    from jobs.runner_step import job_claim_batch
 
     job = baker.make(Job, kind="k", max_attempts=3)
     job_claim_batch(worker="host-b:4242:dead", limit=1)

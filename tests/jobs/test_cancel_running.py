@@ -13,10 +13,10 @@ from django.urls import reverse
 import tests.jobs.stop_handlers  # noqa: F401 - registers the handlers below
 from jobs import enqueue, run_pending
 from jobs.models import Job, JobAttempt
+from jobs.operator_actions import jobs_cancel, jobs_retry_now
 from jobs.reaper import jobs_reap_stale
-from jobs.services import job_claim_batch, jobs_cancel, jobs_retry_now
-from jobs.slots import STOP_CANCEL
-from jobs.stops import job_record_stopped
+from jobs.runner_step import job_claim_batch
+from jobs.stops import STOP_CANCEL, job_record_stopped
 from tests.jobs.stop_handlers import GATES, SEEN
 from tests.jobs.test_admin import _confirm
 from tests.support.processes import wait_until

@@ -15,7 +15,7 @@ from django.db import connection
 
 from jobs import enqueue
 from jobs.models import Job
-from jobs.services import job_claim_batch, job_runner_step
+from jobs.runner_step import job_claim_batch, job_runner_step
 
 pytestmark = pytest.mark.django_db
 

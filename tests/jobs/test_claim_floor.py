@@ -30,7 +30,7 @@ from jobs.claim_floor import (
 )
 from jobs.models import Job
 from jobs.runner import run_pending
-from jobs.services import job_runner_step
+from jobs.runner_step import job_runner_step
 from tests.support.processes import wait_until
 from tests.support.sessions import other_session
 
@@ -199,7 +199,7 @@ def test_a_back_dated_insert_below_the_listeners_floor_still_wakes_a_worker(sett
     the floor still ends in a wake task."""
     from django_q.models import OrmQ
 
-    from jobs.wakeup import wake_tasks_in_broker
+    from jobs.wake_tasks import wake_tasks_in_broker
     from tests.jobs.test_wakeup import _running_listener
 
     settings.JOBS_CLAIM_FULL_SCAN_SECONDS = 1

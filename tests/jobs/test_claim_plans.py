@@ -20,7 +20,7 @@ import pytest
 from django.db import connection
 
 from jobs import selectors
-from jobs.wakeup import _LOOK_AHEAD_SQL, _due_now_sql
+from jobs.due_check_sql import LOOK_AHEAD_SQL, due_now_sql
 from tests.support.plans import explained, runner_step_buffers
 from tests.support.wakeup import raw_connection
 
@@ -83,8 +83,8 @@ def test_the_claims_scans_stay_on_the_lane_index_next_to_a_pinned_snapshot():
                 (now,) = cursor.fetchone()
             floor = due - timedelta(seconds=1)  # as a busy drain's floor: just below the due
             checks = {
-                "listener due check (floored)": (_due_now_sql(floor), None),
-                "listener look-ahead": (_LOOK_AHEAD_SQL, None),
+                "listener due check (floored)": (due_now_sql(floor), None),
+                "listener look-ahead": (LOOK_AHEAD_SQL, None),
                 "linger poll (floored)": (selectors._LINGER_SQL, [now, floor]),
             }
             for sql, params in checks.values():  # planned once, as in a long-lived session

@@ -15,7 +15,8 @@ import jobs
 from jobs import enqueue
 from jobs.exceptions import EnqueueError
 from jobs.models import Job, JobLane
-from jobs.services import job_claim_batch, job_complete
+from jobs.outcomes import job_complete
+from jobs.runner_step import job_claim_batch
 from tests.support.sessions import other_session
 from tests.support.wakeup import listening
 

@@ -17,7 +17,7 @@ from model_bakery import baker
 
 from jobs.error_groups import job_error_groups, jobs_in_error_group
 from jobs.models import Job
-from jobs.services import format_error
+from jobs.outcomes import format_error
 
 pytestmark = pytest.mark.django_db
 
@@ -259,7 +259,7 @@ def test_the_key_of_an_error_with_control_and_multibyte_text_is_stored():
 
 
 def _real_failure(job_kind: str, make_error) -> Job:
-    """A job failed for good with the error an actual exception leaves (services.format_error)."""
+    """A job failed for good with the error an actual exception leaves (outcomes.format_error)."""
     try:
         make_error()
     except Exception as exc:  # noqa: BLE001 - the test records whatever it raised

@@ -12,9 +12,10 @@ from django.utils import timezone
 
 from jobs import enqueue
 from jobs.models import Job, JobAttempt, PausedKind
+from jobs.outcomes import job_release
 from jobs.reaper import jobs_reap_stale
 from jobs.runner import run_pending
-from jobs.services import job_claim_batch, job_release
+from jobs.runner_step import job_claim_batch
 
 pytestmark = pytest.mark.django_db
 

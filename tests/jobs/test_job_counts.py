@@ -13,9 +13,9 @@ from model_bakery import baker
 
 from jobs import enqueue
 from jobs.models import Job
+from jobs.operator_actions import jobs_cancel, jobs_prune_completed
 from jobs.runner import run_pending
 from jobs.selectors import job_counts_by_kind, job_status_counts
-from jobs.services import jobs_cancel, jobs_prune_completed
 
 pytestmark = pytest.mark.django_db
 

@@ -20,9 +20,9 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from jobs import enqueue, selectors
+from jobs.due_check_sql import LOOK_AHEAD_SQL, due_now_sql
 from jobs.models import Job, KindCap
 from jobs.selectors import job_due_or_task_waiting
-from jobs.wakeup import _LOOK_AHEAD_SQL, _due_now_sql
 from tests.jobs.handlers import CAPPED_CONCURRENCY, CAPPED_KIND, CAPPED_ONE_KIND
 from tests.jobs.test_start_within_a_second import (
     _INSERT,
@@ -96,8 +96,8 @@ def test_a_capped_kinds_million_queued_rows_cost_the_claim_nothing(worker_env, t
 
     costs = {
         "runner claim (full scan)": _runner_step_buffers(),
-        "listener due check (full)": explained(_due_now_sql(None)),
-        "listener look-ahead": explained(_LOOK_AHEAD_SQL),
+        "listener due check (full)": explained(due_now_sql(None)),
+        "listener look-ahead": explained(LOOK_AHEAD_SQL),
     }
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")

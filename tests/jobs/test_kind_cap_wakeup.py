@@ -17,8 +17,9 @@ from django.db import connection, connections
 
 from jobs.exceptions import PermanentJobError
 from jobs.models import Job, KindCap
+from jobs.outcomes import job_record_failure
 from jobs.reaper import jobs_reap_stale
-from jobs.services import ClaimedJob, job_record_failure, job_runner_step
+from jobs.runner_step import ClaimedJob, job_runner_step
 from tests.jobs.handlers import CAPPED_ONE_KIND
 from tests.jobs.test_start_within_a_second import GUARANTEE_SECONDS, _cluster_env
 from tests.jobs.test_wakeup import _qcluster

@@ -22,8 +22,8 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from jobs.models import Job, KindCap
+from jobs.runner_step import job_claim_batch, job_runner_step
 from jobs.selectors import job_due_or_task_waiting
-from jobs.services import job_claim_batch, job_runner_step
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from jobs import enqueue
 from jobs.models import KindRate
-from jobs.services import job_runner_step
+from jobs.runner_step import job_runner_step
 
 pytestmark = pytest.mark.django_db
 

@@ -18,8 +18,9 @@ from django.db import connections
 from django_q.models import OrmQ
 
 from jobs import linger_signal
-from jobs.services import job_runner_step
-from jobs.wakeup import WakeListener, wake_tasks_in_broker
+from jobs.runner_step import job_runner_step
+from jobs.wake_tasks import wake_tasks_in_broker
+from jobs.wakeup import WakeListener
 from tests.support.wakeup import plain_insert
 
 pytestmark = pytest.mark.django_db(transaction=True)

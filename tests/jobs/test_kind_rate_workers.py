@@ -25,10 +25,10 @@ from django.db import connection, connections
 from django.utils import timezone
 
 from jobs import selectors
+from jobs.due_check_sql import LOOK_AHEAD_SQL, due_now_sql
 from jobs.kind_rates import kind_rates_sync
 from jobs.models import Job, KindRate
 from jobs.selectors import job_due_or_task_waiting
-from jobs.wakeup import _LOOK_AHEAD_SQL, _due_now_sql
 from tests.jobs.handlers import RATED_HOURLY_KIND, RATED_KIND
 from tests.jobs.test_start_within_a_second import (
     _INSERT,
@@ -150,8 +150,8 @@ def test_a_rate_limited_kinds_million_queued_rows_cost_the_claim_nothing(worker_
 
     costs = {
         "runner claim (full scan)": _runner_step_buffers(),
-        "listener due check (full)": explained(_due_now_sql(None)),
-        "listener look-ahead": explained(_LOOK_AHEAD_SQL),
+        "listener due check (full)": explained(due_now_sql(None)),
+        "listener look-ahead": explained(LOOK_AHEAD_SQL),
     }
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")

@@ -20,11 +20,11 @@ from django.db import IntegrityError, connection
 from django.utils import timezone
 
 from jobs import handler
+from jobs.due_check_sql import LOOK_AHEAD_SQL, due_now_sql
 from jobs.kind_rates import Rate, kind_rates_line, kind_rates_sync, parse_rate
 from jobs.models import Job, KindRate
 from jobs.registry import kind_rates
-from jobs.services import job_claim_batch, job_runner_step
-from jobs.wakeup import _LOOK_AHEAD_SQL, _due_now_sql
+from jobs.runner_step import job_claim_batch, job_runner_step
 from tests.jobs.handlers import RATED_HOURLY_KIND, RATED_KIND, RATED_RATE
 from tests.support.wakeup import raw_connection
 
@@ -208,15 +208,15 @@ def test_a_token_taken_says_when_the_next_comes_and_the_look_ahead_finds_it():
     assert payloads and abs(payloads[0] - next_slot) < 0.001, (payloads, next_slot)
 
     with connection.cursor() as cursor:
-        cursor.execute(_due_now_sql(None))
+        cursor.execute(due_now_sql(None))
         assert cursor.fetchone()[1] is None  # waiting for its token: not due now
-        cursor.execute(_LOOK_AHEAD_SQL)
+        cursor.execute(LOOK_AHEAD_SQL)
         _now, due = cursor.fetchone()
     assert due is not None and abs(float(due) - next_slot) < 0.001  # the timer's time
 
     KindRate.objects.filter(kind=RATED_KIND).update(next_slot_at=None)
     with connection.cursor() as cursor:
-        cursor.execute(_due_now_sql(None))
+        cursor.execute(due_now_sql(None))
         assert cursor.fetchone()[1] is not None  # its token is there: due now
 
 
@@ -236,8 +236,8 @@ def test_a_token_there_since_before_the_floor_is_still_due_for_the_due_checks():
     KindRate.objects.filter(kind=HOURLY).update(next_slot_at=timezone.now() - timedelta(minutes=10))
     floor = timezone.now() - timedelta(minutes=1)
     with connection.cursor() as cursor:
-        cursor.execute(_due_now_sql(floor))
+        cursor.execute(due_now_sql(floor))
         assert cursor.fetchone()[1] is not None
-        cursor.execute(_LOOK_AHEAD_SQL)
+        cursor.execute(LOOK_AHEAD_SQL)
         assert cursor.fetchone()[1] is None  # due now is not ahead: no timer
     assert len(job_runner_step(worker="w", claim=5, floor=floor).claimed) == 1

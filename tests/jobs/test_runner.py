@@ -13,7 +13,7 @@ from model_bakery import baker
 
 from jobs import enqueue, run_pending
 from jobs.models import Job, JobAttempt
-from jobs.services import jobs_cancel
+from jobs.operator_actions import jobs_cancel
 
 User = get_user_model()
 
@@ -289,7 +289,7 @@ def test_the_runner_statement_commits_without_the_flush_only_as_a_transaction_of
     without waiting for the WAL flush. Inside a caller's transaction (a handler's writes)
     it must not make the caller's commit asynchronous, and it never changes the session's
     setting."""
-    from jobs.services import job_runner_step
+    from jobs.runner_step import job_runner_step
 
     first, second = enqueue("tests.noop"), enqueue("tests.noop")
 

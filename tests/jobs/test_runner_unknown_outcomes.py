@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _step(sql: str, params) -> dict | None:
-    """The runner statement's arguments by name (jobs.services._RUNNER_STEP_SQL), or None
+    """The runner statement's arguments by name (jobs.runner_step._RUNNER_STEP_SQL), or None
     for any other statement."""
     if "jobs_runner_step" not in sql or not params:
         return None
@@ -39,7 +39,7 @@ def claim(sql, params) -> bool:
 
 def mark(sql, params) -> bool:
     """The keeper's mark of the jobs running longer than the hold (one statement for all of
-    them, jobs.services.jobs_mark_started; earlier, the runner statement's `mark`)."""
+    them, jobs.outcomes.jobs_mark_started; earlier, the runner statement's `mark`)."""
     if "jobs_mark_started" in sql:
         return True
     step = _step(sql, params)

@@ -24,13 +24,9 @@ from django.utils import timezone
 from jobs import enqueue, handler, run_pending
 from jobs.exceptions import LeaseLost
 from jobs.models import Job
+from jobs.outcomes import job_complete, job_record_failure
 from jobs.reaper import jobs_reap_stale
-from jobs.services import (
-    ClaimedJob,
-    job_claim_batch,
-    job_complete,
-    job_record_failure,
-)
+from jobs.runner_step import ClaimedJob, job_claim_batch
 from tests.support.locks import LockWait, LockWaitWatcher, OpenTransaction
 from tests.support.processes import spawn_manage_py
 
@@ -213,7 +209,7 @@ def test_the_runner_rolls_back_an_attempt_whose_row_was_reclaimed_and_the_second
 def _reclaimed_by_another_worker(job_pk: int) -> None:
     """Worker `a` claims the job, its lease runs out, the reaper re-queues it and worker `b`
     claims it: the row is `processing`, `b`'s, at its second attempt."""
-    from jobs.services import job_runner_step
+    from jobs.runner_step import job_runner_step
 
     assert [c.id for c in job_runner_step(worker="a", claim=1).claimed] == [job_pk]
     Job.objects.filter(pk=job_pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
@@ -227,7 +223,7 @@ def test_a_completion_sent_for_a_job_another_worker_now_holds_changes_nothing():
     """Survivor 1 of issue 29: `jobs_runner_step` without `locked_by = p_worker` in its
     completions passed every test. A worker whose row was reaped and claimed by another
     worker sends its late completion: the other worker's attempt must stay running."""
-    from jobs.services import job_runner_step
+    from jobs.runner_step import job_runner_step
 
     job = enqueue("tests.noop")
     _reclaimed_by_another_worker(job.pk)
@@ -245,7 +241,7 @@ def test_a_give_back_sent_for_a_job_another_worker_now_holds_changes_nothing():
     """Survivor 2 of issue 29: the same guard dropped from the give-back. The late give-back
     must not put the other worker's running job back in the queue (it would run twice) nor
     undo its attempt."""
-    from jobs.services import job_runner_step
+    from jobs.runner_step import job_runner_step
 
     job = enqueue("tests.noop")
     _reclaimed_by_another_worker(job.pk)

@@ -204,7 +204,7 @@ def test_the_claim_takes_no_more_of_a_kind_than_the_slots_can_start():
     slot of the reply kind's own, a claim of 20 takes the first two backfill jobs and the
     reply; the other backfill jobs stay queued, no attempt spent."""
     from jobs.ledger import Room
-    from jobs.services import job_runner_step
+    from jobs.runner_step import job_runner_step
 
     backfill = [j.pk for j in (enqueue(BACKFILL, {"n": n}) for n in range(10))]
     reply = enqueue(REPLY, {}).pk
@@ -220,7 +220,7 @@ def test_a_kind_whose_slots_are_full_is_passed_by_the_next_kind_in_claim_order()
     """No shared slot free: the backfill's jobs (first in claim order) are not taken, the
     reply (its own slot free) is; with no own slot free either, nothing is."""
     from jobs.ledger import Room
-    from jobs.services import job_runner_step
+    from jobs.runner_step import job_runner_step
 
     for n in range(5):
         enqueue(BACKFILL, {"n": n})

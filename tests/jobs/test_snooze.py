@@ -20,7 +20,7 @@ from django.db import connection
 import jobs
 from jobs import Snooze, enqueue, run_pending
 from jobs.models import Job, JobAttempt
-from jobs.services import jobs_retry_now
+from jobs.operator_actions import jobs_retry_now
 
 User = get_user_model()
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -197,7 +197,8 @@ def test_a_hostile_snooze_in_a_handler_is_the_attempts_failure_nothing_half_writ
 def test_a_snooze_record_for_a_row_no_longer_ours_changes_nothing(tmp_path):
     """The reaper took the row while the handler ran: the snooze is 'lost', the reaper's
     state stays."""
-    from jobs.services import job_claim_batch, job_record_failure
+    from jobs.outcomes import job_record_failure
+    from jobs.runner_step import job_claim_batch
 
     job = enqueue("tests.snooze", {"log": str(tmp_path / "l")}, max_attempts=3)
     [claimed] = job_claim_batch(worker="w1", limit=1)

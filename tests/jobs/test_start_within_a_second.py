@@ -29,9 +29,9 @@ import pytest
 from django.db import connection, connections
 
 from jobs import selectors
+from jobs.due_check_sql import LOOK_AHEAD_SQL, due_now_sql
 from jobs.models import Job, PausedKind
 from jobs.selectors import job_due_or_task_waiting
-from jobs.wakeup import _LOOK_AHEAD_SQL, _due_now_sql
 from tests.jobs.test_wakeup import _qcluster
 from tests.support.plans import explained, runner_step_buffers
 from tests.support.wakeup import raw_connection
@@ -169,8 +169,8 @@ def test_a_paused_kinds_million_queued_rows_cost_the_claim_nothing(worker_env, t
 
     costs = {
         "runner claim (full scan)": _runner_step_buffers(),
-        "listener due check (full)": explained(_due_now_sql(None)),
-        "listener look-ahead": explained(_LOOK_AHEAD_SQL),
+        "listener due check (full)": explained(due_now_sql(None)),
+        "listener look-ahead": explained(LOOK_AHEAD_SQL),
     }
     # The linger poll's statement, with its parameters, as the drain sends it.
     with connection.cursor() as cursor:

@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 import tests.jobs.stop_handlers  # noqa: F401 - registers the handlers below
 from jobs import enqueue, run_pending
 from jobs.models import Job, JobStop
-from jobs.services import job_claim_batch, jobs_cancel
+from jobs.operator_actions import jobs_cancel
+from jobs.runner_step import job_claim_batch
 from jobs.stops import STOP_CANCEL, job_record_stopped
 
 pytestmark = pytest.mark.django_db(transaction=True)

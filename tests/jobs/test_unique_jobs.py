@@ -14,7 +14,9 @@ from django.db import connection
 
 from jobs import enqueue
 from jobs.models import Job, JobUniqueKey
-from jobs.services import job_claim_batch, job_complete, job_record_failure, jobs_retry_now
+from jobs.operator_actions import jobs_retry_now
+from jobs.outcomes import job_complete, job_record_failure
+from jobs.runner_step import job_claim_batch
 from tests.support.sessions import other_session
 
 LIVE_SQL = "SELECT job_id, inserted FROM jobs_enqueue_unique(%s, %s::jsonb, %s)"

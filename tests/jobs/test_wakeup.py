@@ -17,8 +17,11 @@ from django_q.models import OrmQ, Schedule
 
 from jobs import enqueue
 from jobs.models import Job
-from jobs.services import job_claim_batch, job_record_failure, jobs_retry_now
-from jobs.wakeup import CHANNEL, WAKE_TASK, WakeListener, request_wake, wake_tasks_in_broker
+from jobs.operator_actions import jobs_retry_now
+from jobs.outcomes import job_record_failure
+from jobs.runner_step import job_claim_batch
+from jobs.wake_tasks import WAKE_TASK, request_wake, wake_tasks_in_broker
+from jobs.wakeup import CHANNEL, WakeListener
 from project.db_clock import db_now
 from tests.support.processes import (
     schedules_already_run,

@@ -240,7 +240,7 @@ def test_a_hostile_schedule_inserted_by_sql_while_the_cluster_runs_never_runs(
 
 def test_a_foreign_signature_stops_the_live_pickle_these_tests_use(tmp_path):
     """The markers above mean something: the pickle does run code once unpickled, and
-    django-q2 checks the signature before it unpickles (so does jobs/wakeup.py, through
+    django-q2 checks the signature before it unpickles (so does jobs/wake_tasks.py, through
     SignedPackage)."""
     marker = tmp_path / "unpickled"
     payload = _signed_with_another_key(_WritesMarker(marker))

@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from inbound_email.models import InboundEmail
 from jobs import enqueue
 from jobs.models import Job, KindCap
-from jobs.services import job_runner_step
+from jobs.runner_step import job_runner_step
 from notifications.models import EmailNotification, SendingState
 from tests.support.leases import make_lease, spare_slots
 

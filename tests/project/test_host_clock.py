@@ -17,7 +17,7 @@ from canonical_ids.leases import Holder, lease_acquire
 from canonical_ids.models import WriterSlotLease
 from jobs import enqueue
 from jobs.models import Job
-from jobs.services import job_claim_batch
+from jobs.runner_step import job_claim_batch
 from notifications.pacing import Pacer
 from notifications.senders.base import SendQuota
 from ops.health import worker_health

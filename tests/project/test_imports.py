@@ -103,9 +103,9 @@ def test_the_import_graph_sees_our_imports():
     graph = import_graph()
     assert "inbound_email.parsing" in graph["inbound_email.services.intake"]
     assert "inbound_email.parse_limits" in graph["inbound_email.parsing"]
-    assert "jobs.models" in graph["jobs.services"]
+    assert "jobs.models" in graph["jobs.runner_step"]
     # imports inside functions and under TYPE_CHECKING do not run at import time
-    assert "jobs.services" not in graph["jobs"]
+    assert "jobs.runner" not in graph["jobs"]
     assert "canonical_ids.models" not in graph["canonical_ids"]
 
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 from django.db import connection
 
-from jobs.services import Step, job_runner_step
+from jobs.runner_step import Step, job_runner_step
 
 _PAST_EVERY_ROW = datetime(9999, 12, 1, tzinfo=UTC)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs.models import Job
-from jobs.services import jobs_cancel
+from jobs.operator_actions import jobs_cancel
 
 
 class Command(BaseCommand):
