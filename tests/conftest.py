@@ -11,7 +11,12 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-pytest_plugins = ["tests.support.browser", "tests.support.suite_clock", "tests.support.long_first"]
+pytest_plugins = [
+    "tests.support.browser",
+    "tests.support.suite_clock",
+    "tests.support.long_first",
+    "tests.support.xdist_groups",
+]
 
 
 def pytest_configure(config: pytest.Config) -> None:
