@@ -12,6 +12,7 @@ from tests.support.fault_crash import django_on_cluster
 from tests.support.fault_harness import FaultHarness
 from tests.support.throwaway_pg import ThrowawayCluster
 
+FOLDER = "tests/faults/"
 # The runner's scenarios: the ones the crash harness runs (`crash_after`).
 RUNNER_MODULES = [
     "tests.faults.handlers",
@@ -37,10 +38,19 @@ SCENARIO_MODULES = [
 ]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The whole enumeration takes minutes per scenario (docs/architecture.md, fault
     injection): it runs only when asked for, with `-m slow` or `-m fault_enumeration` (.ci/run
-    asks for it after the default run), not in the default run."""
+    asks for it after the default run), not in the default run.
+
+    Under pytest-xdist (`--dist loadgroup`) the tests of this folder run on one worker, one
+    after another: the package's harnesses (a fork server with Django, moto's server, a
+    throwaway cluster) start once, not once per worker, and no two faulted passes share the
+    machine's two cores with each other."""
+    for item in items:
+        if item.nodeid.startswith(FOLDER):
+            item.add_marker(pytest.mark.xdist_group("faults"))
     markexpr = config.getoption("markexpr") or ""
     if "fault_enumeration" in markexpr or "slow" in markexpr:
         return

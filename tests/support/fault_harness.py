@@ -64,6 +64,12 @@ class Scenario:
 
     name = ""
     settings: dict[str, Any] = {}
+    # Settings of the pass alone, over `child_settings`: a claim's timeout the pass must send
+    # within, long enough that a loaded machine (four xdist workers on two cores) does not
+    # hand its claims back before the faulted round trip comes ("a fault never fired");
+    # recovery, a fresh process, keeps the short one, so it takes the claims over at once
+    # (what it would do once they timed out) instead of sleeping for them.
+    run_settings: dict[str, Any] = {}
 
     def setup(self, workdir: Path) -> dict[str, Any]:
         raise NotImplementedError
@@ -92,7 +98,8 @@ class Scenario:
     def in_child(self, phase: str, ctx: dict[str, Any]) -> None:
         from django.test.utils import override_settings
 
-        with override_settings(**self.child_settings(ctx)):
+        settings = {**self.child_settings(ctx), **(self.run_settings if phase == "run" else {})}
+        with override_settings(**settings):
             getattr(self, phase)(ctx)
 
 
