@@ -72,7 +72,7 @@ DECLARE
 BEGIN
     IF p_async_commit THEN
         -- Only when this statement is its own transaction and every completion in it is of
-        -- a kind declared idempotent (jobs/services.py, job_runner_step).
+        -- a kind declared idempotent (jobs/runner_step.py, job_runner_step).
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
     -- Each part runs only when asked for (every UPDATE of jobs_job fires the table's

@@ -17,8 +17,8 @@ from django.utils import timezone
 
 from jobs import enqueue
 from jobs.models import Job, JobAttempt
+from jobs.runner_step import job_runner_step
 from jobs.selectors import job_status_counts
-from jobs.services import job_runner_step
 from ops.job_periods import period_totals
 
 pytestmark = pytest.mark.django_db
