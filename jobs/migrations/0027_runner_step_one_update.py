@@ -3,8 +3,8 @@ idempotent no-op's CPU per job).
 
 Every UPDATE of jobs_job fires the table's four statement triggers (the attempt history,
 the counts' deltas, the wake-up, the metrics' and periods' deltas), each a PL/pgSQL call
-that joins the statement's transition tables whatever their size: about 0.3 ms of server
-time a firing (`pg_stat_user_functions`, docs/performance.md). A drain's step completed the
+over the statement's transition tables, even over no row: a part per firing (the call, its
+plans' start-up) and a part per row (docs/performance.md). A drain's step completed the
 jobs its slots finished in one UPDATE and claimed the next ones in another, so they fired
 twice a step. `jobs_runner_step_v6` (0025's, the claim of this release) is replaced in
 place, same signature and results: when the step completes and claims, and no kind is
