@@ -1,0 +1,184 @@
+"""Django's connection pool (psycopg_pool) for processes whose threads need connections.
+
+A worker process runs jobs in up to JOBS_CONCURRENCY thread slots beside its drain, keeper,
+beacon and the canonical-id lease renewer; each thread used to open a Django connection of
+its own (thread-local) and close it after a short idle. With `DATABASES["default"]
+["OPTIONS"]["pool"]` (Django 5.1+) a thread checks a connection out of its process's pool at
+its first query and gives it back at `connection.close()`: the process opens at most
+DB_POOL_MAX_SIZE server connections, however many threads it runs, and reuses them instead
+of connecting per thread.
+
+What this module adds to Django's pool:
+
+- `pool_options()`: the settings (DB_POOL, DB_POOL_MAX_SIZE, DB_POOL_MIN_SIZE,
+  DB_POOL_TIMEOUT, DB_POOL_MAX_IDLE) and the refusal of a pool with persistent connections
+  (DB_CONN_MAX_AGE > 0), which Django would only refuse at the first query.
+- Fork safety (`forget_after_fork`): Django keeps the pools in a class-level dict
+  (`DatabaseWrapper._connection_pools`), whose background threads do not survive a fork and
+  whose idle connections are the parent's sockets. django-q2 forks its worker processes
+  from a parent that used the pool (it even closes its connections just before: into the
+  pool). A child that took one of them would talk on the parent's session; one that closed
+  them would send Terminate and end the parent's. So the child starts with an empty dict
+  (a pool of its own at its first query) and keeps the inherited pools referenced for its
+  whole life: never closed, never freed (a freed psycopg connection sends nothing after a
+  fork, but a closed one does; gc.freeze keeps them shared pages anyway).
+- A timeout that names the settings (`_NamedTimeoutPool`): a thread that waited
+  DB_POOL_TIMEOUT seconds for a connection fails saying which setting to raise, instead of
+  psycopg_pool's bare "couldn't get a connection after 30.00 sec".
+- At exit, the process closes the pools it created itself (not inherited ones), so the
+  server sees a Terminate instead of a reset socket.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from project.env import env_float, env_int, env_str
+
+# Threads of a worker process besides its slots that may each hold a connection at once:
+# the drain, its keeper, the process beacon and the writer-slot lease renewer.
+OTHER_THREADS = 4
+
+_inherited: list[dict] = []  # pools a forked child inherited: kept, never closed
+_armed = False
+
+
+def pool_options(*, jobs_concurrency: int, conn_max_age: int) -> dict[str, Any] | None:
+    """`OPTIONS["pool"]` for the default database, or None for no pool (DB_POOL=0).
+
+    DB_POOL unset: on, unless DB_CONN_MAX_AGE > 0 asks for persistent per-thread
+    connections (Django refuses both together; the older setting wins). DB_POOL=1 with
+    DB_CONN_MAX_AGE > 0 stops start-up, naming both."""
+    switch = env_str("DB_POOL", "").strip().lower()
+    if switch in {"0", "false", "no", "off"}:
+        return None
+    if switch not in {"", "1", "true", "yes", "on"}:
+        raise ImproperlyConfigured(
+            f"Environment variable DB_POOL={switch!r} is not a valid boolean: use true/false, "
+            "1/0, yes/no or on/off"
+        )
+    if conn_max_age > 0:
+        if switch:
+            raise ImproperlyConfigured(
+                f"DB_POOL={switch} and DB_CONN_MAX_AGE={conn_max_age}: Django's connection "
+                "pool does not support persistent connections. Unset DB_CONN_MAX_AGE (the "
+                "pool keeps connections open itself) or set DB_POOL=0"
+            )
+        return None
+    # Every slot and the other threads at once: by default no thread of a worker process
+    # waits for another's connection; lower it to bound the process's connections.
+    max_size = env_int("DB_POOL_MAX_SIZE", jobs_concurrency + OTHER_THREADS, minimum=1)
+    min_size = env_int("DB_POOL_MIN_SIZE", 0, minimum=0)
+    if min_size > max_size:
+        raise ImproperlyConfigured(
+            f"DB_POOL_MIN_SIZE={min_size} must not exceed DB_POOL_MAX_SIZE={max_size}"
+        )
+    return {
+        "min_size": min_size,
+        "max_size": max_size,
+        # Seconds a thread waits for a free connection before its query fails.
+        "timeout": env_float("DB_POOL_TIMEOUT", 30.0, minimum=0.1),
+        # Every this many seconds the pool closes one connection above min_size that stayed
+        # unused throughout (psycopg_pool shrinks one at a time).
+        "max_idle": env_float("DB_POOL_MAX_IDLE", 30.0, minimum=1.0),
+        "name": "default",
+    }
+
+
+def pooled(alias: str = "default") -> bool:
+    """Whether `alias` goes through Django's pool in this process's settings."""
+    from django.conf import settings
+
+    return bool(settings.DATABASES[alias].get("OPTIONS", {}).get("pool"))
+
+
+def install() -> None:
+    """Once per process (AppConfig.ready): the named-timeout pools, the fork hook and the
+    exit hook. Harmless without a pool."""
+    global _armed
+    if _armed:
+        return
+    _armed = True
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    DatabaseWrapper._connection_pools = _Pools(DatabaseWrapper._connection_pools)
+    os.register_at_fork(after_in_child=forget_after_fork)
+    atexit.register(_close_own_pools)
+
+
+def forget_after_fork() -> None:
+    """In a forked child: drop every inherited pool and connection without closing them
+    (they are the parent's) so the first query opens a pool of the child's own."""
+    from django.db import connections
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    _inherited.append(DatabaseWrapper._connection_pools)
+    DatabaseWrapper._connection_pools = _Pools()
+    # The forking thread's own wrappers (the only thread left): a connection checked out
+    # of the parent's pool, or a direct one, is the parent's socket; forget it unclosed.
+    for wrapper in connections.all(initialized_only=True):
+        if wrapper.connection is not None:
+            _inherited.append({"connection": wrapper.connection})
+            wrapper.connection = None
+            wrapper.in_atomic_block = False
+            wrapper.needs_rollback = False
+            wrapper.savepoint_ids = []
+            wrapper.atomic_blocks = []
+
+
+def _close_own_pools() -> None:
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    for pool in list(DatabaseWrapper._connection_pools.values()):
+        if getattr(pool, "_owner_pid", None) == os.getpid():
+            try:
+                pool.close(timeout=1.0)
+            except Exception:  # noqa: BLE001 - at exit: nothing left to tell
+                pass
+
+
+class _Pools(dict):
+    """Django's `_connection_pools`: each pool Django creates gets the named timeout and
+    remembers the process that created it (`setdefault` is how Django stores one)."""
+
+    def setdefault(self, alias: str, pool: Any = None) -> Any:
+        from psycopg_pool import ConnectionPool
+
+        if type(pool) is ConnectionPool:
+            pool.__class__ = _NamedTimeoutPool
+            pool._owner_pid = os.getpid()
+        return super().setdefault(alias, pool)
+
+
+def _named_timeout_pool_class() -> type:
+    from psycopg_pool import ConnectionPool, PoolTimeout
+
+    class NamedTimeoutPool(ConnectionPool):
+        """psycopg_pool's pool whose timeout names the settings to change."""
+
+        _owner_pid: int = 0
+
+        def getconn(self, timeout: float | None = None) -> Any:
+            try:
+                return super().getconn(timeout)
+            except PoolTimeout as exc:
+                waited = self.timeout if timeout is None else timeout
+                raise PoolTimeout(
+                    f"{exc}: all {self.max_size} connections of this process's pool "
+                    f"(DB_POOL_MAX_SIZE={self.max_size}) stayed in use for "
+                    f"DB_POOL_TIMEOUT={waited:g} s; raise DB_POOL_MAX_SIZE (at least "
+                    f"JOBS_CONCURRENCY + {OTHER_THREADS} for a worker) or find the thread "
+                    "that holds its connection"
+                ) from None
+
+    return NamedTimeoutPool
+
+
+try:
+    _NamedTimeoutPool = _named_timeout_pool_class()
+except ImportError:  # psycopg_pool absent: DB_POOL=0 is the only choice
+    _NamedTimeoutPool = None  # type: ignore[assignment]
