@@ -49,6 +49,7 @@ from psycopg.pq import TransactionStatus
 from jobs import registry, services
 from jobs.exceptions import LeaseLost
 from jobs.stops import STOP_CANCEL, STOP_SHUTDOWN, STOP_TIMEOUT
+from project import db_pool
 from project.reconnect import discard_broken_connection
 
 __all__ = ["STOP_CANCEL", "STOP_SHUTDOWN", "STOP_TIMEOUT", "Executor", "JobContext", "Slot"]
@@ -345,6 +346,14 @@ def _enqueued_at(job_id: int, close: bool = False) -> datetime | None:
             connection.close()
 
 
+def _give_back() -> None:
+    """A pooled slot's connection back to the pool after its job (never fails the slot)."""
+    try:
+        connection.close()
+    except Exception as exc:  # noqa: BLE001 - the pool discards a connection it cannot take back
+        logger.warning("a slot could not give its connection back to the pool: %s", exc)
+
+
 @contextmanager
 def _nothing() -> Iterator[None]:
     yield
@@ -383,6 +392,8 @@ class Executor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beat_posted: float | None = None  # a beat posted to the loop, not run yet
         self._loop_thread: threading.Thread | None = None
+        # Django's pool (project/db_pool.py): what the slot threads may hold of it at once.
+        self._pool_share = None if inline else db_pool.SlotShare.for_settings()
 
     def start(self, job: services.ClaimedJob, started: float) -> Slot:
         """Start `job` (claimed, its slot counted by the caller) at monotonic `started`."""
@@ -465,7 +476,11 @@ class Executor:
                 loop.close()
 
     def _serve(self) -> None:
-        """A slot thread: run what it is given; give its connection back when idle."""
+        """A slot thread: run what it is given; give its connection back when idle (pooled:
+        after each job, so the slots share the pool's connections job by job)."""
+        share = self._pool_share
+        if share is not None:
+            share.bind(connection)
         try:
             while True:
                 try:
@@ -476,7 +491,10 @@ class Executor:
                 if slot is None:
                     return
                 drop_ended_connection()
-                self._outcomes.put(run_sync(slot, worker=self.worker, units=self.units))
+                outcome = run_sync(slot, worker=self.worker, units=self.units)
+                if share is not None:
+                    _give_back()  # to the pool, before the completer hears of the job
+                self._outcomes.put(outcome)
         finally:
             connection.close()
 

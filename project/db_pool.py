@@ -25,6 +25,11 @@ What this module adds to Django's pool:
 - A timeout that names the settings (`_NamedTimeoutPool`): a thread that waited
   DB_POOL_TIMEOUT seconds for a connection fails saying which setting to raise, instead of
   psycopg_pool's bare "couldn't get a connection after 30.00 sec".
+- The slots' share (`SlotShare`): thread slots hold at most DB_POOL_MAX_SIZE - 4 pooled
+  connections at once, so the drain, its keeper, the beacon and the lease renewer never
+  wait for a connection behind handlers (an `atomic=False` handler that queried once and
+  then waits on a slow API holds its connection to the end of its job). With the default
+  size (JOBS_CONCURRENCY + 4) no slot ever waits for the share either.
 - At exit, the process closes the pools it created itself (not inherited ones), so the
   server sees a Terminate instead of a reset socket.
 """
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -94,6 +100,68 @@ def pooled(alias: str = "default") -> bool:
     from django.conf import settings
 
     return bool(settings.DATABASES[alias].get("OPTIONS", {}).get("pool"))
+
+
+class SlotShare:
+    """The pooled connections a drain's thread slots may hold at once: the pool's size less
+    the OTHER_THREADS the worker process keeps for its drain, keeper, beacon and lease
+    renewer (at least one). `bind()` makes a slot thread take a unit when its Django
+    connection checks one out of the pool and give it back when it returns it."""
+
+    def __init__(self, max_size: int, timeout: float) -> None:
+        self.units = max(1, max_size - OTHER_THREADS)
+        self.max_size = max_size
+        self.timeout = timeout
+        self._free = threading.Semaphore(self.units)
+
+    @classmethod
+    def for_settings(cls, alias: str = "default") -> SlotShare | None:
+        """The share for the pool of `alias`, or None without a pool."""
+        from django.conf import settings
+
+        options = settings.DATABASES[alias].get("OPTIONS", {}).get("pool")
+        if not options:
+            return None
+        options = {} if options is True else options
+        return cls(
+            options.get("max_size") or options.get("min_size", 4), options.get("timeout", 30)
+        )
+
+    def bind(self, wrapper: Any) -> None:
+        """On a slot thread, with its own Django connection wrapper (thread-local)."""
+        get_new_connection, close = wrapper.get_new_connection, wrapper._close
+        held = False
+
+        def checked_out(conn_params: dict) -> Any:
+            nonlocal held
+            if not self._free.acquire(timeout=self.timeout):
+                from psycopg_pool import PoolTimeout
+
+                raise PoolTimeout(
+                    f"a job slot waited {self.timeout:g} s (DB_POOL_TIMEOUT) for a connection: "
+                    f"the slots may hold {self.units} of the pool's {self.max_size} at once "
+                    f"(DB_POOL_MAX_SIZE less {OTHER_THREADS} for the drain, keeper, beacon "
+                    "and lease renewer); raise DB_POOL_MAX_SIZE"
+                )
+            held = True
+            try:
+                return get_new_connection(conn_params)
+            except BaseException:
+                held = False
+                self._free.release()
+                raise
+
+        def given_back() -> Any:
+            nonlocal held
+            try:
+                return close()
+            finally:
+                if held:
+                    held = False
+                    self._free.release()
+
+        wrapper.get_new_connection = checked_out
+        wrapper._close = given_back
 
 
 def install() -> None:
