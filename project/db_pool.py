@@ -26,8 +26,8 @@ What this module adds to Django's pool:
   DB_POOL_TIMEOUT seconds for a connection fails saying which setting to raise, instead of
   psycopg_pool's bare "couldn't get a connection after 30.00 sec".
 - The slots' share (`SlotShare`): thread slots hold at most DB_POOL_MAX_SIZE - 4 pooled
-  connections at once, so the drain, its keeper, the beacon and the lease renewer never
-  wait for a connection behind handlers (an `atomic=False` handler that queried once and
+  connections at once, so the drain and its keeper never wait for a connection behind
+  handlers (an `atomic=False` handler that queried once and
   then waits on a slow API holds its connection to the end of its job). With the default
   size (JOBS_CONCURRENCY + 4) no slot ever waits for the share either.
 - At exit, the process closes the pools it created itself (not inherited ones), so the
@@ -37,6 +37,7 @@ What this module adds to Django's pool:
 from __future__ import annotations
 
 import atexit
+import copy
 import os
 import threading
 from typing import Any
@@ -45,8 +46,11 @@ from django.core.exceptions import ImproperlyConfigured
 
 from project.env import env_float, env_int, env_str
 
-# Threads of a worker process besides its slots that may each hold a connection at once:
-# the drain, its keeper, the process beacon and the writer-slot lease renewer.
+# Connections of a worker process's pool kept from its slots: the drain's and its keeper's
+# (each held for the whole drain) and two for its other threads (the event loop's reads,
+# an async handler's sync_to_async; in a qcluster's main process the wake sender, rollup and
+# periodic scheduler). The process beacon and the writer-slot lease connect outside the
+# pool, one connection per statement (`unpooled`), as before.
 OTHER_THREADS = 4
 
 _inherited: list[dict] = []  # pools a forked child inherited: kept, never closed
@@ -75,8 +79,8 @@ def pool_options(*, jobs_concurrency: int, conn_max_age: int) -> dict[str, Any] 
                 "pool keeps connections open itself) or set DB_POOL=0"
             )
         return None
-    # Every slot and the other threads at once: by default no thread of a worker process
-    # waits for another's connection; lower it to bound the process's connections.
+    # Every slot and OTHER_THREADS at once: by default no thread of a worker process waits
+    # for another's connection; lower it to bound the process's connections.
     max_size = env_int("DB_POOL_MAX_SIZE", jobs_concurrency + OTHER_THREADS, minimum=1)
     min_size = env_int("DB_POOL_MIN_SIZE", 0, minimum=0)
     if min_size > max_size:
@@ -95,6 +99,15 @@ def pool_options(*, jobs_concurrency: int, conn_max_age: int) -> dict[str, Any] 
     }
 
 
+def unpooled(settings_dict: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a database's settings without the pool: for a connection opened for one
+    statement under an alias of its own (the process beacon's, the writer-slot lease's),
+    which Django would otherwise give a pool of its own, kept open for good."""
+    settings_copy = copy.deepcopy(settings_dict)
+    settings_copy.get("OPTIONS", {}).pop("pool", None)
+    return settings_copy
+
+
 def pooled(alias: str = "default") -> bool:
     """Whether `alias` goes through Django's pool in this process's settings."""
     from django.conf import settings
@@ -104,8 +117,8 @@ def pooled(alias: str = "default") -> bool:
 
 class SlotShare:
     """The pooled connections a drain's thread slots may hold at once: the pool's size less
-    the OTHER_THREADS the worker process keeps for its drain, keeper, beacon and lease
-    renewer (at least one). `bind()` makes a slot thread take a unit when its Django
+    the OTHER_THREADS the worker process keeps for its drain, keeper and other threads (at
+    least one). `bind()` makes a slot thread take a unit when its Django
     connection checks one out of the pool and give it back when it returns it."""
 
     def __init__(self, max_size: int, timeout: float) -> None:
@@ -140,8 +153,8 @@ class SlotShare:
                 raise PoolTimeout(
                     f"a job slot waited {self.timeout:g} s (DB_POOL_TIMEOUT) for a connection: "
                     f"the slots may hold {self.units} of the pool's {self.max_size} at once "
-                    f"(DB_POOL_MAX_SIZE less {OTHER_THREADS} for the drain, keeper, beacon "
-                    "and lease renewer); raise DB_POOL_MAX_SIZE"
+                    f"(DB_POOL_MAX_SIZE less {OTHER_THREADS} for the drain, its keeper and "
+                    "the process's other threads); raise DB_POOL_MAX_SIZE"
                 )
             held = True
             try:

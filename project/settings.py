@@ -329,8 +329,8 @@ JOBS_DEFAULT_TIMEOUT_SECONDS = env_float(  # seconds; the default fits the defau
 # --- database pool (the default database's; sized from the jobs' threads) ---------------------
 # Django's connection pool (psycopg_pool, project/db_pool.py): a thread checks a connection
 # out at its first query and gives it back at close, so a worker process opens at most
-# DB_POOL_MAX_SIZE (default JOBS_CONCURRENCY + 4: its slots, drain, keeper, beacon and lease
-# renewer) however many threads it runs. DB_POOL=0: one connection per thread, as before.
+# DB_POOL_MAX_SIZE (default JOBS_CONCURRENCY + 4: its slots, its drain and keeper, two spare)
+# however many threads it runs. DB_POOL=0: one connection per thread, as before.
 # Not with DB_CONN_MAX_AGE > 0 (persistent connections): then no pool, or an error if DB_POOL=1.
 DB_POOL_OPTIONS = db_pool.pool_options(
     jobs_concurrency=JOBS_CONCURRENCY, conn_max_age=DATABASES["default"]["CONN_MAX_AGE"]

@@ -39,7 +39,7 @@ def _pool(**env: str) -> dict | None:
 def test_the_pool_is_on_by_default_sized_for_the_slots_and_the_other_threads():
     pool = _pool(DB_POOL="", JOBS_CONCURRENCY="7")
     assert pool is not None
-    assert pool["max_size"] == 7 + 4  # the slots, the drain, its keeper, beacon, lease
+    assert pool["max_size"] == 7 + 4  # the slots, the drain, its keeper, two spare
     assert pool["min_size"] == 0
     assert pool["timeout"] == 30.0
 
@@ -136,3 +136,29 @@ def test_a_forked_child_uses_a_pool_of_its_own_and_leaves_its_parents_connection
     assert parent not in child_backends, (parent, seen)
     assert parent_after == parent  # its pooled connection survived both children
     assert len({pids[0] for pids in seen}) == 2  # the children did not share one either
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("opener", ["processes.services.own_connection",
+                                    "canonical_ids.leases.lease_connection"])  # fmt: skip
+def test_the_beacons_and_the_leases_statement_connections_stay_out_of_the_pool(opener):
+    """The process beacon and the writer-slot lease open a connection per statement under an
+    alias of their own; pooled, each alias would get a pool of its own, keeping a connection
+    open per process for good (they beat more often than the pool's idle shrink)."""
+    import importlib
+
+    from django.db import connection
+
+    from tests.support.processes import wait_until
+
+    module, name = opener.rsplit(".", 1)
+    with getattr(importlib.import_module(module), name)() as conn, conn.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (backend,) = cursor.fetchone()
+
+    def gone() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [backend])
+            return cursor.fetchone()[0] == 0
+
+    wait_until(gone, "its backend ended with the statement's connection", timeout=10)
