@@ -162,3 +162,23 @@ def test_the_beacons_and_the_leases_statement_connections_stay_out_of_the_pool(o
             return cursor.fetchone()[0] == 0
 
     wait_until(gone, "its backend ended with the statement's connection", timeout=10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_wake_up_listener_keeps_a_dedicated_connection_outside_the_pool():
+    """Its LISTEN lives as long as the qcluster: from the pool, it would hold one of the
+    process's connections for good (and a pooled session's LISTEN would outlive its use)."""
+    from django.conf import settings
+
+    from jobs.wakeup import WakeListener
+
+    assert settings.DATABASES["default"]["OPTIONS"].get("pool")  # the suite runs pooled
+    listener = WakeListener(workers=1)
+    listener._connect()
+    try:
+        assert getattr(listener.connection, "_pool", None) is None
+        assert listener.connection.info.parameter_status("application_name") == (
+            "jobs-wake-listener"
+        )
+    finally:
+        listener.connection.close()
