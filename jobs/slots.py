@@ -1,9 +1,10 @@
 """The executor (issue 37): runs handlers in slots, and knows nothing of the runner's SQL.
 
 Ordinary handlers run in a pool of up to JOBS_CONCURRENCY threads, each with its own Django
-connection, opened by the handler's first query (or its `atomic` block) and closed once
-the thread has waited SLOT_IDLE_CLOSE_SECONDS for its next job and when the drain ends: a
-busy slot keeps it from job to job, an idle one gives it back. `async def` handlers run as
+connection, opened by the handler's first query (or its `atomic` block): with Django's pool
+(DB_POOL, project/db_pool.py) checked out of the process's pool and given back after each
+job, the slots holding at most DB_POOL_MAX_SIZE - 4 at once; without it closed once the
+thread has waited SLOT_IDLE_CLOSE_SECONDS for its next job and when the drain ends. `async def` handlers run as
 tasks on one event loop in a thread of the worker process, up to JOBS_ASYNC_CONCURRENCY at
 once (the runner's ledger counts the slots; this module only runs what it is given).
 
