@@ -4,9 +4,10 @@ Ordinary handlers run in a pool of up to JOBS_CONCURRENCY threads, each with its
 connection, opened by the handler's first query (or its `atomic` block): with Django's pool
 (DB_POOL, project/db_pool.py) checked out of the process's pool and given back after each
 job, the slots holding at most DB_POOL_MAX_SIZE - 4 at once; without it closed once the
-thread has waited SLOT_IDLE_CLOSE_SECONDS for its next job and when the drain ends. `async def` handlers run as
-tasks on one event loop in a thread of the worker process, up to JOBS_ASYNC_CONCURRENCY at
-once (the runner's ledger counts the slots; this module only runs what it is given).
+thread has waited SLOT_IDLE_CLOSE_SECONDS for its next job and when the drain ends.
+`async def` handlers run as tasks on one event loop in a thread of the worker process, up
+to JOBS_ASYNC_CONCURRENCY at once (the runner's ledger counts the slots; this module only
+runs what it is given).
 
 A slot talks to the database only for its handler: an `atomic` handler's transaction, and
 the completion that must commit with that handler's writes (`services.job_complete`, as
