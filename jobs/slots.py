@@ -2,9 +2,10 @@
 
 Ordinary handlers run in a pool of up to JOBS_CONCURRENCY threads, each with its own Django
 connection, opened by the handler's first query (or its `atomic` block): with Django's pool
-(DB_POOL, project/db_pool.py) checked out of the process's pool and given back after each
-job, the slots holding at most DB_POOL_MAX_SIZE - 4 at once; without it closed once the
-thread has waited SLOT_IDLE_CLOSE_SECONDS for its next job and when the drain ends.
+(DB_POOL, project/db_pool.py) checked out of the process's pool, the slots holding at most
+DB_POOL_MAX_SIZE - 4 at once, and given back after a job when another slot waits for one.
+It is closed (given back) once the thread has waited SLOT_IDLE_CLOSE_SECONDS for its next
+job and when the drain ends.
 `async def` handlers run as tasks on one event loop in a thread of the worker process, up
 to JOBS_ASYNC_CONCURRENCY at once (the runner's ledger counts the slots; this module only
 runs what it is given).
@@ -479,7 +480,7 @@ class Executor:
 
     def _serve(self) -> None:
         """A slot thread: run what it is given; give its connection back when idle (pooled:
-        after each job, so the slots share the pool's connections job by job)."""
+        also after a job while another slot waits for one of the slots' share)."""
         share = self._pool_share
         if share is not None:
             share.bind(connection)
@@ -494,8 +495,8 @@ class Executor:
                     return
                 drop_ended_connection()
                 outcome = run_sync(slot, worker=self.worker, units=self.units)
-                if share is not None:
-                    _give_back()  # to the pool, before the completer hears of the job
+                if share is not None and share.wanted():
+                    _give_back()  # to a slot waiting for one, before the completer hears
                 self._outcomes.put(outcome)
         finally:
             connection.close()

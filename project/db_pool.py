@@ -27,9 +27,12 @@ What this module adds to Django's pool:
   psycopg_pool's bare "couldn't get a connection after 30.00 sec".
 - The slots' share (`SlotShare`): thread slots hold at most DB_POOL_MAX_SIZE - 4 pooled
   connections at once, so the drain and its keeper never wait for a connection behind
-  handlers (an `atomic=False` handler that queried once and
-  then waits on a slow API holds its connection to the end of its job). With the default
-  size (JOBS_CONCURRENCY + 4) no slot ever waits for the share either.
+  handlers. A busy slot keeps its connection from job to job (no checkout, and no health
+  check round trip, per job) unless another slot waits for one: then it gives it back
+  after its job; an idle slot gives it back after SLOT_IDLE_CLOSE_SECONDS, as before. (An
+  `atomic=False` handler that queried once and then waits on a slow API holds its
+  connection to the end of its job.) With the default size (JOBS_CONCURRENCY + 4) no slot
+  ever waits for the share.
 - At exit, the process closes the pools it created itself (not inherited ones), so the
   server sees a Terminate instead of a reset socket.
 """
@@ -126,6 +129,13 @@ class SlotShare:
         self.max_size = max_size
         self.timeout = timeout
         self._free = threading.Semaphore(self.units)
+        self._waiting = 0  # slots waiting for a unit now
+        self._lock = threading.Lock()
+
+    def wanted(self) -> bool:
+        """Whether a slot waits for a unit now: then a slot that finished its job gives its
+        connection back instead of keeping it for its next job."""
+        return self._waiting > 0
 
     @classmethod
     def for_settings(cls, alias: str = "default") -> SlotShare | None:
@@ -147,7 +157,14 @@ class SlotShare:
 
         def checked_out(conn_params: dict) -> Any:
             nonlocal held
-            if not self._free.acquire(timeout=self.timeout):
+            with self._lock:
+                self._waiting += 1
+            try:
+                acquired = self._free.acquire(timeout=self.timeout)
+            finally:
+                with self._lock:
+                    self._waiting -= 1
+            if not acquired:
                 from psycopg_pool import PoolTimeout
 
                 raise PoolTimeout(

@@ -1,6 +1,7 @@
 """Thread slots and Django's connection pool (project/db_pool.py): a slot checks a
-connection out while its handler needs one and gives it back after the job, so a process
-opens at most DB_POOL_MAX_SIZE server connections however many slots it runs.
+connection out while its handler needs one and gives it back after the job when another
+slot waits for one (else once it idles), so a process opens at most DB_POOL_MAX_SIZE server
+connections however many slots it runs.
 
 Before the pool each slot thread opened a connection of its own and kept it until it had
 idled a second: JOBS_CONCURRENCY=50 slots running handlers that query once opened about 50.
