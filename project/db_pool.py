@@ -24,7 +24,9 @@ What this module adds to Django's pool:
   fork, but a closed one does; gc.freeze keeps them shared pages anyway).
 - A timeout that names the settings (`_NamedTimeoutPool`): a thread that waited
   DB_POOL_TIMEOUT seconds for a connection fails saying which setting to raise, instead of
-  psycopg_pool's bare "couldn't get a connection after 30.00 sec".
+  psycopg_pool's bare "couldn't get a connection after 30.00 sec"; and a server that cannot
+  be reached fails a query at once with libpq's own error, as without the pool, rather than
+  after DB_POOL_TIMEOUT.
 - The slots' share (`SlotShare`): thread slots hold at most DB_POOL_MAX_SIZE - 4 pooled
   connections at once, so the drain and its keeper never wait for a connection behind
   handlers. A busy slot keeps its connection from job to job (no checkout, and no health
@@ -43,6 +45,7 @@ import atexit
 import copy
 import os
 import threading
+from time import monotonic
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -55,6 +58,10 @@ from project.env import env_float, env_int, env_str
 # periodic scheduler). The process beacon and the writer-slot lease connect outside the
 # pool, one connection per statement (`unpooled`), as before.
 OTHER_THREADS = 4
+
+# Seconds a client waits for the pool at a time before it looks again whether the pool's
+# connecting fails (then it connects itself, failing fast as a direct connection would).
+FAIL_FAST_SLICE = 0.2
 
 _inherited: list[dict] = []  # pools a forked child inherited: kept, never closed
 _armed = False
@@ -256,22 +263,68 @@ def _named_timeout_pool_class() -> type:
     from psycopg_pool import ConnectionPool, PoolTimeout
 
     class NamedTimeoutPool(ConnectionPool):
-        """psycopg_pool's pool whose timeout names the settings to change."""
+        """psycopg_pool's pool, failing as a direct connection would when the server cannot
+        be reached, and whose timeout names the settings to change.
+
+        psycopg_pool connects in its background workers and retries with a backoff for
+        minutes while its clients wait out their whole timeout: with the server down (or a
+        wrong port) every query waited DB_POOL_TIMEOUT and then failed with "couldn't get a
+        connection", libpq's reason lost (the admin's "database is not reachable" page and
+        every reconnect loop read it: project/quiet_log.py). So once the pool's last attempt
+        to connect failed, a client with no idle connection to take connects itself, as
+        without the pool: it fails at once with libpq's error, or its new connection joins
+        the pool (within DB_POOL_MAX_SIZE). Uses psycopg_pool's internals (`_connect`,
+        `_lock`, `_nconns`, `_pool`): pinned in pyproject.toml."""
 
         _owner_pid: int = 0
+        _connect_error: BaseException | None = None
+
+        def _connect(self, timeout: float | None = None) -> Any:
+            try:
+                conn = super()._connect(timeout)
+            except Exception as exc:
+                self._connect_error = exc
+                raise
+            self._connect_error = None
+            return conn
 
         def getconn(self, timeout: float | None = None) -> Any:
+            waited = self.timeout if timeout is None else timeout
+            deadline = monotonic() + waited
+            while True:
+                if self._connect_error is not None:
+                    conn = self._connect_as_client()
+                    if conn is not None:
+                        return conn
+                try:
+                    return super().getconn(min(FAIL_FAST_SLICE, max(0.0, deadline - monotonic())))
+                except PoolTimeout:
+                    if monotonic() < deadline:
+                        continue
+                    raise PoolTimeout(
+                        f"couldn't get a connection after {waited:.2f} sec: all "
+                        f"{self.max_size} connections of this process's pool "
+                        f"(DB_POOL_MAX_SIZE={self.max_size}) stayed in use for "
+                        f"DB_POOL_TIMEOUT={waited:g} s; raise DB_POOL_MAX_SIZE (at least "
+                        f"JOBS_CONCURRENCY + {OTHER_THREADS} for a worker) or find the thread "
+                        "that holds its connection"
+                    ) from None
+
+        def _connect_as_client(self) -> Any:
+            """After a failed connect, with nothing idle to take: connect on this thread
+            (libpq's error raised as is), the connection counted in the pool's size."""
+            with self._lock:
+                if self._pool or self._nconns >= self.max_size:
+                    return None  # an idle one to take, or no room: wait as usual
+                self._nconns += 1
             try:
-                return super().getconn(timeout)
-            except PoolTimeout as exc:
-                waited = self.timeout if timeout is None else timeout
-                raise PoolTimeout(
-                    f"{exc}: all {self.max_size} connections of this process's pool "
-                    f"(DB_POOL_MAX_SIZE={self.max_size}) stayed in use for "
-                    f"DB_POOL_TIMEOUT={waited:g} s; raise DB_POOL_MAX_SIZE (at least "
-                    f"JOBS_CONCURRENCY + {OTHER_THREADS} for a worker) or find the thread "
-                    "that holds its connection"
-                ) from None
+                conn = self._connect()
+            except BaseException:
+                with self._lock:
+                    self._nconns -= 1
+                raise
+            conn._pool = self
+            return conn
 
     return NamedTimeoutPool
 

@@ -198,6 +198,9 @@ LOGGING = {
         # One INFO line per detector (17 per suspected bounce), under any sender's control
         # (issue 28.6): its warnings and errors only.
         "flufl.bounce": {"level": "WARNING"},
+        # Django's pool (project/db_pool.py) warns at each failed background connect of an
+        # outage; the queries that fail say so through our own loops' quiet logs (I24).
+        "psycopg.pool": {"level": "ERROR"},
     },
 }
 
