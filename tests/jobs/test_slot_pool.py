@@ -44,6 +44,8 @@ def test_fifty_slots_open_at_most_the_pools_size_and_every_job_runs_once(worker_
     for _ in range(20):  # a burst may end between two claims: again until all ran
         result = manage_py("run_jobs", "--burst", env=env, timeout=300)
         assert result.returncode == 0, result.stderr
+        # Nobody timed out waiting for a connection: not a slot, not the keeper.
+        assert "couldn't get a connection" not in result.stdout + result.stderr
         if not Job.objects.exclude(status=Job.Status.COMPLETED).exists():
             break
     assert Job.objects.exclude(status=Job.Status.COMPLETED).count() == 0, result.stderr
