@@ -35,6 +35,10 @@ What this module adds to Django's pool:
   `atomic=False` handler that queried once and then waits on a slow API holds its
   connection to the end of its job.) With the default size (JOBS_CONCURRENCY + 4) no slot
   ever waits for the share.
+- A pool keeps the connection parameters it was created with: code that repoints
+  `connection.settings_dict` at run time (the tests' PgBouncer and throwaway-cluster
+  helpers) must `connection.close_pool()` before and after, or it keeps talking to the old
+  server.
 - At exit, the process closes the pools it created itself (not inherited ones), so the
   server sees a Terminate instead of a reset socket.
 """
