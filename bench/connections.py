@@ -4,7 +4,7 @@ Usage (PostgreSQL; the database is created/migrated if needed and its jobs table
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/worker_bench .venv/bin/python \
         bench/connections.py [--workers 2] [--concurrency 50] [--blocking 1000] \
-        [--async-jobs 2000]
+        [--async-jobs 2000] [--querying 0]
 
 One `manage.py qcluster` child (Q_WORKERS=`--workers`, JOBS_CONCURRENCY=`--concurrency`,
 the other settings their defaults), measured twice in the same run:
@@ -12,8 +12,13 @@ the other settings their defaults), measured twice in the same run:
 - idle: after start-up, nothing queued (the baseline);
 - at full concurrency: `--blocking` jobs of `bench.block_1s` (`atomic=False`,
   `time.sleep(1)` in a thread slot) and `--async-jobs` jobs of `bench.async_sleep_1s`
-  (`await asyncio.sleep(1)` on the event loop), inserted in one transaction; sampled every
-  0.1 s while they run.
+  (`await asyncio.sleep(1)` on the event loop), and `--querying` jobs of
+  `bench.query_block_1s` (`atomic=False`: one query, then `time.sleep(1)`: each slot
+  needs a connection), inserted in one transaction; sampled every 0.1 s while they run.
+
+The qcluster inherits this process's environment: `DB_POOL=0` (one connection per slot
+thread) against `DB_POOL=1 DB_POOL_MAX_SIZE=N` (the process's pool) shows what the pool
+bounds.
 
 A connection is the qcluster's when its client port belongs to a process of the qcluster's
 process tree (psutil), so every one is counted, the wake-up listener's too, whatever its
@@ -92,6 +97,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=50, help="JOBS_CONCURRENCY")
     parser.add_argument("--blocking", type=int, default=1000, help="atomic=False jobs of 1 s")
     parser.add_argument("--async-jobs", type=int, default=2000, help="async def jobs of 1 s")
+    parser.add_argument("--querying", type=int, default=0, help="jobs of one query + 1 s")
     args = parser.parse_args()
     ensure_database()
     call_command("migrate", verbosity=0)
@@ -107,6 +113,7 @@ def main() -> None:
             with conn.transaction():
                 conn.execute(INSERT, ["bench.block_1s", args.blocking])
                 conn.execute(INSERT, ["bench.async_sleep_1s", args.async_jobs])
+                conn.execute(INSERT, ["bench.query_block_1s", args.querying])
             busiest = (0, Counter(), 0)
             most_slots = 0
             deadline = time.monotonic() + 600
@@ -128,7 +135,10 @@ def main() -> None:
     print(
         f"one qcluster, Q_WORKERS={args.workers} JOBS_CONCURRENCY={args.concurrency} (other "
         f"settings default); {args.blocking} atomic=False jobs of time.sleep(1) and "
-        f"{args.async_jobs} async def jobs of asyncio.sleep(1); load average {load}"
+        f"{args.async_jobs} async def jobs of asyncio.sleep(1), {args.querying} of a query and "
+        f"time.sleep(1); DB_POOL={os.environ.get('DB_POOL', '(default)')} "
+        f"DB_POOL_MAX_SIZE={os.environ.get('DB_POOL_MAX_SIZE', '(default)')}; "
+        f"load average {load}"
     )
     print(f"  idle: {idle[0]} connections ({describe(idle[1])})")
     verdict = "met" if busiest[0] <= target else "NOT met"

@@ -32,6 +32,19 @@ def block_1s(payload: dict) -> None:
     time.sleep(1)
 
 
+@handler("bench.query_block_1s", atomic=False)
+def query_block_1s(payload: dict) -> None:
+    """One query, then blocks its thread for 1 s: an I/O-bound handler that reads a row
+    first (bench/connections.py --querying: the connections its slots open)."""
+    import time
+
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    time.sleep(1)
+
+
 @handler("bench.async_sleep_1s")
 async def async_sleep_1s(payload: dict) -> None:
     """Awaits 1 s, as an async HTTP call does (bench/slots.py)."""

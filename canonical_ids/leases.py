@@ -10,7 +10,6 @@ transaction of their own, and closes it. Correctness comes from the database: th
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 import socket
@@ -25,6 +24,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from canonical_ids.exceptions import SlotUnavailable
 from canonical_ids.models import WriterSlotLease
+from project import db_pool
 
 logger = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def lease_connection() -> Iterator[BaseDatabaseWrapper]:
     on the server connection, and behind PgBouncer in transaction pooling the next client of
     that server connection (a sweep, a migration) would inherit it (issue 22)."""
     default = connections[DEFAULT_DB_ALIAS]
-    conn = default.__class__(copy.deepcopy(default.settings_dict), alias=LEASE_ALIAS)
+    conn = default.__class__(db_pool.unpooled(default.settings_dict), alias=LEASE_ALIAS)
     try:
         conn.ensure_connection()
         conn.set_autocommit(False)

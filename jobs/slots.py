@@ -1,11 +1,14 @@
 """The executor (issue 37): runs handlers in slots, and knows nothing of the runner's SQL.
 
 Ordinary handlers run in a pool of up to JOBS_CONCURRENCY threads, each with its own Django
-connection, opened by the handler's first query (or its `atomic` block) and closed once
-the thread has waited SLOT_IDLE_CLOSE_SECONDS for its next job and when the drain ends: a
-busy slot keeps it from job to job, an idle one gives it back. `async def` handlers run as
-tasks on one event loop in a thread of the worker process, up to JOBS_ASYNC_CONCURRENCY at
-once (the runner's ledger counts the slots; this module only runs what it is given).
+connection, opened by the handler's first query (or its `atomic` block): with Django's pool
+(DB_POOL, project/db_pool.py) checked out of the process's pool, the slots holding at most
+DB_POOL_MAX_SIZE - 4 at once, and given back after a job when another slot waits for one.
+It is closed (given back) once the thread has waited SLOT_IDLE_CLOSE_SECONDS for its next
+job and when the drain ends.
+`async def` handlers run as tasks on one event loop in a thread of the worker process, up
+to JOBS_ASYNC_CONCURRENCY at once (the runner's ledger counts the slots; this module only
+runs what it is given).
 
 What one run does (the handler, its transaction, its completion, its `Outcome`) is
 jobs/handler_run.py's; the connection budget of the thread slots, at most
@@ -20,6 +23,7 @@ when the process stops (issue 37, points 6, 8 and 9).
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -29,10 +33,13 @@ from django.db import connection
 from jobs.handler_run import Outcome, Slot, drop_ended_connection, new_slot, run_async, run_sync
 from jobs.runner_step import ClaimedJob
 from jobs.transaction_units import TransactionUnits
+from project import db_pool
 
 __all__ = ["Executor"]
 
 SLOT_IDLE_CLOSE_SECONDS = 1.0  # a slot thread with no job for this long closes its connection
+
+logger = logging.getLogger(__name__)
 
 
 class Executor:
@@ -61,6 +68,8 @@ class Executor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._beat_posted: float | None = None  # a beat posted to the loop, not run yet
         self._loop_thread: threading.Thread | None = None
+        # Django's pool (project/db_pool.py): what the slot threads may hold of it at once.
+        self._pool_share = None if inline else db_pool.SlotShare.for_settings()
 
     def start(self, job: ClaimedJob, started: float) -> Slot:
         """Start `job` (claimed, its slot counted by the caller) at monotonic `started`."""
@@ -143,7 +152,11 @@ class Executor:
                 loop.close()
 
     def _serve(self) -> None:
-        """A slot thread: run what it is given; give its connection back when idle."""
+        """A slot thread: run what it is given; give its connection back when idle (pooled:
+        also after a job while another slot waits for one of the slots' share)."""
+        share = self._pool_share
+        if share is not None:
+            share.bind(connection)
         try:
             while True:
                 try:
@@ -154,7 +167,10 @@ class Executor:
                 if slot is None:
                     return
                 drop_ended_connection()
-                self._outcomes.put(run_sync(slot, worker=self.worker, units=self.units))
+                outcome = run_sync(slot, worker=self.worker, units=self.units)
+                if share is not None and share.wanted():
+                    _give_back()  # to a slot waiting for one, before the completer hears
+                self._outcomes.put(outcome)
         finally:
             connection.close()
 
@@ -183,3 +199,11 @@ class Executor:
             ready.wait(10)
             self._loop = loop
         return self._loop
+
+
+def _give_back() -> None:
+    """A pooled slot's connection back to the pool after its job (never fails the slot)."""
+    try:
+        connection.close()
+    except Exception as exc:  # noqa: BLE001 - the pool discards a connection it cannot take back
+        logger.warning("a slot could not give its connection back to the pool: %s", exc)

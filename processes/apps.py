@@ -31,10 +31,14 @@ class ProcessesConfig(AppConfig):
         from django_q.signals import post_spawn
 
         from processes import beacon
+        from project import db_pool
 
         # Issue 37, point 4 (memory): what is alive at a fork is frozen, so neither side's
         # cyclic collections write to it again and a django-q2 worker keeps sharing its
         # parent's pages (a worker with 1,000 async tasks in flight un-shared the whole
         # inherited heap: the qcluster's PSS 1.74 x idle; bench/against_pgqueuer.py).
         os.register_at_fork(before=gc.freeze, after_in_child=beacon.forget_after_fork)
+        # Django's pool (project/db_pool.py): a forked child starts with a pool of its own and
+        # never closes its parent's connections.
+        db_pool.install()
         post_spawn.connect(beacon.register_spawned_worker, dispatch_uid="processes_post_spawn")

@@ -9,7 +9,6 @@ database's `now()`.
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -24,6 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from processes.conf import MISSED_BEATS, RETENTION_SECONDS
 from processes.models import WorkerProcess
+from project import db_pool
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def own_connection() -> Iterator[BaseDatabaseWrapper]:
     stay on the server connection behind PgBouncer in transaction pooling, and its next
     client would inherit it (issue 22)."""
     default = connections[DEFAULT_DB_ALIAS]
-    conn = default.__class__(copy.deepcopy(default.settings_dict), alias=ALIAS)
+    conn = default.__class__(db_pool.unpooled(default.settings_dict), alias=ALIAS)
     try:
         conn.ensure_connection()
         conn.set_autocommit(False)

@@ -15,7 +15,7 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
-from project import embedded_pg, secret_key
+from project import db_pool, embedded_pg, secret_key
 from project.env import (
     env_bool,
     env_db,
@@ -198,6 +198,9 @@ LOGGING = {
         # One INFO line per detector (17 per suspected bounce), under any sender's control
         # (issue 28.6): its warnings and errors only.
         "flufl.bounce": {"level": "WARNING"},
+        # Django's pool (project/db_pool.py) warns at each failed background connect of an
+        # outage; the queries that fail say so through our own loops' quiet logs (I24).
+        "psycopg.pool": {"level": "ERROR"},
     },
 }
 
@@ -326,6 +329,17 @@ JOBS_DEFAULT_TIMEOUT_SECONDS = env_float(  # seconds; the default fits the defau
     max(1.0, min(180.0, Q_TIMEOUT - JOBS_DRAIN_SECONDS - JOBS_STOP_GRACE_SECONDS - 5)),
     minimum=0.1,
 )
+# --- database pool (the default database's; sized from the jobs' threads) ---------------------
+# Django's connection pool (psycopg_pool, project/db_pool.py): a thread checks a connection
+# out at its first query and gives it back at close, so a worker process opens at most
+# DB_POOL_MAX_SIZE (default JOBS_CONCURRENCY + 4: its slots, its drain and keeper, two spare)
+# however many threads it runs. DB_POOL=0: one connection per thread, as before.
+# Not with DB_CONN_MAX_AGE > 0 (persistent connections): then no pool, or an error if DB_POOL=1.
+DB_POOL_OPTIONS = db_pool.pool_options(
+    jobs_concurrency=JOBS_CONCURRENCY, conn_max_age=DATABASES["default"]["CONN_MAX_AGE"]
+)
+if DB_POOL_OPTIONS is not None:
+    DATABASES["default"]["OPTIONS"]["pool"] = DB_POOL_OPTIONS
 # --- inbound email ------------------------------------------------------------------------------
 # Where SES drops inbound mail: "s3://bucket/prefix" (AWS credentials, region and
 # AWS_ENDPOINT_URL come from boto3's standard environment) or a local folder (the default).

@@ -56,6 +56,9 @@ def django_on_cluster(cluster: ThrowawayCluster) -> Iterator[None]:
     conn = connections[DEFAULT_DB_ALIAS]
     saved = dict(conn.settings_dict)
     conn.close()
+    # Django's pool (project/db_pool.py) connects with the parameters it was created with:
+    # closed, the next query opens one with the cluster's (and, after the block, ours).
+    conn.close_pool()
     conn.settings_dict.update(
         HOST="127.0.0.1", PORT=str(cluster.port), NAME=CLUSTER_DATABASE, USER="postgres",
         PASSWORD="",
@@ -64,6 +67,7 @@ def django_on_cluster(cluster: ThrowawayCluster) -> Iterator[None]:
         yield
     finally:
         conn.close()
+        conn.close_pool()
         conn.settings_dict.clear()
         conn.settings_dict.update(saved)
 

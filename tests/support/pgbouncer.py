@@ -143,9 +143,13 @@ def django_through_pgbouncer(*, pool_size: int = 1) -> Iterator[str]:
     with PgBouncer(direct, pool_size=pool_size) as bouncer:
         saved = {key: connection.settings_dict[key] for key in ("HOST", "PORT")}
         connection.close()
+        # Django's pool (project/db_pool.py) connects with the parameters it was created
+        # with: closed, the next query opens one through PgBouncer (and, after, direct).
+        connection.close_pool()
         connection.settings_dict.update(HOST="127.0.0.1", PORT=bouncer.port)
         try:
             yield bouncer.url(direct)
         finally:
             connection.close()
+            connection.close_pool()
             connection.settings_dict.update(saved)
