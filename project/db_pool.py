@@ -76,11 +76,15 @@ _armed = False
 def pool_options(*, jobs_concurrency: int, conn_max_age: int) -> dict[str, Any] | None:
     """`OPTIONS["pool"]` for the default database, or None for no pool (DB_POOL=0).
 
-    DB_POOL unset: on, unless DB_CONN_MAX_AGE > 0 asks for persistent per-thread
-    connections (Django refuses both together; the older setting wins). DB_POOL=1 with
-    DB_CONN_MAX_AGE > 0 stops start-up, naming both."""
+    On where DB_POOL says so: the worker processes, whose job slots are threads that need
+    connections (scripts/run-worker and compose's worker set DB_POOL=1). Unset, off: a web
+    process or a shell has no such threads, and a pool keeps the connections it opened
+    (psycopg_pool closes one idle connection per DB_POOL_MAX_IDLE), so every process of a
+    deployment holding a pool by default filled a server's max_connections sooner (the test
+    suite's, next to two chaos clusters). DB_POOL=1 with DB_CONN_MAX_AGE > 0 stops start-up,
+    naming both (Django refuses both together)."""
     switch = env_str("DB_POOL", "").strip().lower()
-    if switch in {"0", "false", "no", "off"}:
+    if switch in {"", "0", "false", "no", "off"}:
         return None
     if switch not in {"", "1", "true", "yes", "on"}:
         raise ImproperlyConfigured(
@@ -88,7 +92,7 @@ def pool_options(*, jobs_concurrency: int, conn_max_age: int) -> dict[str, Any] 
             "1/0, yes/no or on/off"
         )
     if conn_max_age > 0:
-        if switch:
+        if switch:  # set to on: both asked for
             raise ImproperlyConfigured(
                 f"DB_POOL={switch} and DB_CONN_MAX_AGE={conn_max_age}: Django's connection "
                 "pool does not support persistent connections. Unset DB_CONN_MAX_AGE (the "

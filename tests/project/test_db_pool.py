@@ -1,6 +1,7 @@
-"""Django's connection pool (project/db_pool.py): on by default, sized from the worker's
-threads, off with DB_POOL=0, never with persistent connections, a timeout that names the
-setting, and a forked child that never touches its parent's pooled connections."""
+"""Django's connection pool (project/db_pool.py): on where DB_POOL=1 says so (the worker),
+off unset or with DB_POOL=0, sized from the worker's threads, never with persistent
+connections, a timeout that names the setting, and a forked child that never touches its
+parent's pooled connections."""
 
 from __future__ import annotations
 
@@ -36,8 +37,11 @@ def _pool(**env: str) -> dict | None:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def test_the_pool_is_on_by_default_sized_for_the_slots_and_the_other_threads():
-    pool = _pool(DB_POOL="", JOBS_CONCURRENCY="7")
+def test_the_pool_is_on_where_asked_sized_for_the_slots_and_the_other_threads():
+    """Unset, off: a web process or a shell has no slot threads, and a pool keeps what it
+    opened. The worker's start (scripts/run-worker, compose's worker) sets DB_POOL=1."""
+    assert _pool(DB_POOL="") is None
+    pool = _pool(DB_POOL="1", JOBS_CONCURRENCY="7")
     assert pool is not None
     assert pool["max_size"] == 7 + 4  # the slots, the drain, its keeper, two spare
     assert pool["min_size"] == 0
@@ -141,38 +145,47 @@ def test_a_forked_child_uses_a_pool_of_its_own_and_leaves_its_parents_connection
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("opener", ["processes.services.own_connection",
                                     "canonical_ids.leases.lease_connection"])  # fmt: skip
-def test_the_beacons_and_the_leases_statement_connections_stay_out_of_the_pool(opener):
+def test_the_beacons_and_the_leases_statement_connections_stay_out_of_the_pool(opener, monkeypatch):
     """The process beacon and the writer-slot lease open a connection per statement under an
     alias of their own; pooled, each alias would get a pool of its own, keeping a connection
-    open per process for good (they beat more often than the pool's idle shrink)."""
+    open per process for good (they beat more often than the pool's idle shrink). The
+    default database's settings are given a pool here, as a worker's are (DB_POOL=1); the
+    backends are watched from a plain connection, outside Django."""
     import importlib
 
     from django.db import connection
 
     from tests.support.processes import wait_until
+    from tests.support.wakeup import raw_connection
 
-    module, name = opener.rsplit(".", 1)
-    with getattr(importlib.import_module(module), name)() as conn, conn.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        (backend,) = cursor.fetchone()
+    with raw_connection() as observer:
+        pool = {"min_size": 0, "max_size": 2, "timeout": 5}
+        monkeypatch.setitem(connection.settings_dict["OPTIONS"], "pool", pool)
+        module, name = opener.rsplit(".", 1)
+        with getattr(importlib.import_module(module), name)() as conn, conn.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (backend,) = cursor.fetchone()
 
-    def gone() -> bool:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [backend])
-            return cursor.fetchone()[0] == 0
+        def gone() -> bool:
+            row = observer.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [backend]
+            ).fetchone()
+            return row[0] == 0
 
-    wait_until(gone, "its backend ended with the statement's connection", timeout=10)
+        wait_until(gone, "its backend ended with the statement's connection", timeout=10)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_wake_up_listener_keeps_a_dedicated_connection_outside_the_pool():
+def test_the_wake_up_listener_keeps_a_dedicated_connection_outside_the_pool(monkeypatch):
     """Its LISTEN lives as long as the qcluster: from the pool, it would hold one of the
-    process's connections for good (and a pooled session's LISTEN would outlive its use)."""
-    from django.conf import settings
+    process's connections for good (and a pooled session's LISTEN would outlive its use).
+    The default database is given a pool here, as a worker's has (DB_POOL=1)."""
+    from django.db import connection
 
     from jobs.wakeup import WakeListener
 
-    assert settings.DATABASES["default"]["OPTIONS"].get("pool")  # the suite runs pooled
+    pool = {"min_size": 0, "max_size": 2, "timeout": 5}
+    monkeypatch.setitem(connection.settings_dict["OPTIONS"], "pool", pool)
     listener = WakeListener(workers=1)
     listener._connect()
     try:
