@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import select
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +29,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-import psycopg
 from django.db import connection, transaction
 from psycopg.pq import TransactionStatus
 
@@ -40,7 +38,7 @@ from jobs.outcomes import job_complete
 from jobs.runner_step import ClaimedJob
 from jobs.stops import STOP_CANCEL, STOP_TIMEOUT
 from jobs.transaction_units import TransactionUnits
-from project.reconnect import discard_broken_connection
+from project.reconnect import discard_broken_connection, server_ended
 
 logger = logging.getLogger(__name__)
 
@@ -234,19 +232,11 @@ def drop_ended_connection() -> None:
     a fresh one. A slot keeps its connection from job to job, and the handler's first query
     on a dead one would fail its attempt: after a restart, one attempt per slot thread that
     held a connection (a job could spend all of its attempts in a row that way). Nothing is
-    sent: an idle connection has nothing to read unless its server closed it (or wrote a
-    notice, which costs only a reconnect), so a zero-timeout `poll` tells."""
+    sent (`project.reconnect.server_ended`)."""
     raw = connection.connection
     if raw is None or connection.in_atomic_block:
         return
-    try:
-        # poll(), not select(): a process with hundreds of async tasks has descriptors past
-        # select()'s 1024.
-        poller = select.poll()
-        poller.register(raw.fileno(), select.POLLIN | select.POLLPRI)
-        ended = raw.closed or bool(poller.poll(0))
-    except (OSError, ValueError, psycopg.Error):  # the socket is already closed
-        ended = True
+    ended = server_ended(raw)
     if ended:
         logger.info(
             "a slot's database connection was ended by the server; it opens a new one",

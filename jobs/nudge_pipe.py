@@ -34,9 +34,6 @@ class NudgePipe:
                 os.close(fd)
             self._pipe = None
 
-    def is_open(self) -> bool:
-        return self._pipe is not None
-
     def nudge(self) -> None:
         """Wake the sleepers now (a no-op without the pipe, or within `every_seconds` of
         the last nudge: the sleepers woken then have not read yet)."""

@@ -128,7 +128,6 @@ def due_within(
         wait = min(poll, until - time.monotonic())
         if wait <= 0:
             return False
-        linger_signal.looking()
         linger_signal.wait(wait)  # the listener's nudge ends it early
         if stop is not None and stop.is_set():
             return False

@@ -48,12 +48,10 @@ from __future__ import annotations
 import atexit
 import copy
 import os
-import select
 import threading
 from time import monotonic
 from typing import Any
 
-import psycopg
 from django.core.exceptions import ImproperlyConfigured
 
 from project.env import env_float, env_int, env_str
@@ -333,8 +331,10 @@ def _named_timeout_pool_class() -> type:
                 raise
 
         def _drop_ended_idle(self) -> None:
+            from project.reconnect import server_ended  # the settings import this module
+
             with self._lock:
-                ended = [idle for idle in self._pool if _ended(idle)]
+                ended = [idle for idle in self._pool if server_ended(idle)]
                 for idle in ended:
                     self._pool.remove(idle)
                     self._nconns -= 1
@@ -358,17 +358,6 @@ def _named_timeout_pool_class() -> type:
             return conn
 
     return NamedTimeoutPool
-
-
-def _ended(conn: Any) -> bool:
-    """Whether an idle connection's server has closed it: an idle socket has nothing to read
-    unless its server closed it (jobs/slots.py `drop_ended_connection` reads it the same way)."""
-    try:
-        poller = select.poll()
-        poller.register(conn.fileno(), select.POLLIN | select.POLLPRI)
-        return conn.closed or bool(poller.poll(0))
-    except (OSError, ValueError, psycopg.Error):
-        return True
 
 
 try:

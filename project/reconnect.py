@@ -16,11 +16,13 @@ sees the outage and its end), and go on. Only a configuration error or a signal 
 from __future__ import annotations
 
 import logging
+import select
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, connections
 
@@ -34,6 +36,20 @@ logger = logging.getLogger(__name__)
 RECONNECT_BASE_SECONDS = 0.5  # seconds; the first wait after a failure
 RECONNECT_CAP_SECONDS = 30.0  # seconds; the longest wait between tries
 RECONNECT_JITTER = 0.25  # fraction of the delay added at random (loops do not retry in step)
+
+
+def server_ended(conn: psycopg.Connection) -> bool:
+    """Whether the server has ended an idle psycopg connection (a restart, a failover,
+    `pg_terminate_backend`), without sending anything: an idle connection has nothing to
+    read unless its server closed it (or wrote a notice, which costs only a reconnect), so a
+    zero-timeout poll tells. poll(), not select(): a process with hundreds of async tasks
+    has descriptors past select()'s 1024."""
+    try:
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN | select.POLLPRI)
+        return conn.closed or bool(poller.poll(0))
+    except (OSError, ValueError, psycopg.Error):  # the socket is already closed
+        return True
 
 
 def discard_broken_connection(alias: str = DEFAULT_DB_ALIAS) -> bool:
