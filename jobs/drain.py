@@ -60,6 +60,12 @@ class Drain:
         self.gather_until: float | None = None  # after a small claim, the next waits until then
         self.fruitless = 0  # polls in a row that found jobs due and claimed none
         self.poll_claim_at = 0.0  # the next poll's claim not before (monotonic)
+        # With slots, a claim may take a batch past the free thread slots for the kinds
+        # nothing limits (migration 0028): a step's server cost is about fixed, so ten jobs
+        # a step cost nearly twice what twenty do (issue 37, point 4). Not in a process
+        # with reserved slots: a backfill held unstarted there would keep a reserved kind's
+        # next job waiting until it is started or given back (point 3).
+        self.beyond = 0 if executor.inline or ledger.reserved else self.config.claim_batch_size
 
     # --- the one-slot drain: each job on this thread, a batch at a time --------------------
 
@@ -104,9 +110,10 @@ class Drain:
 
     def run_slots(self) -> BaseException | None:
         ledger, config = self.ledger, self.config
-        queue_empty = False  # the last claim took less than it asked for
-        # A claim takes only what the free slots can start (`Ledger.room`, migration 0024):
-        # a claimed job never waits for a slot, and jobs that fit none stay queued.
+        queue_empty = False  # the last claim took less than its free slots could start
+        # A claim takes what the free slots can start (`Ledger.room`, migration 0024), and
+        # past them only jobs of kinds nothing limits (`beyond`, 0028): a capped or reserved
+        # kind's claimed job never waits for a slot, and jobs that fit none stay queued.
         while True:
             stopping = self.take_outcomes()
             if stopping is not None:
@@ -121,7 +128,7 @@ class Drain:
                 # Claim when half the thread slots (at most half a batch) are free, or none
                 # runs: a few statements for many slots, not one per slot that ends.
                 enough = free >= max(1, min(config.claim_batch_size, ledger.capacity[THREAD]) // 2)
-                want = 0 if unstarted else self.claim_size(free)
+                want = 0 if unstarted else self.claim_size(self.with_beyond(free))
                 if ledger.must_send():
                     claim = 0 if queue_empty else want
                 elif want and (idle or (enough and not queue_empty)):
@@ -131,7 +138,8 @@ class Drain:
                 if claim >= 0:
                     if claim and idle and self.gather_until is not None:
                         wait_until(self.gather_until, stop=self.stop, deadline=self.deadline)
-                        claim = self.claim_size(self.free_after_send())
+                        free = self.free_after_send()
+                        claim = self.claim_size(self.with_beyond(free))
                     self.gather_until = None
                     done = ledger.take_done()
             if claim >= 0:
@@ -139,7 +147,7 @@ class Drain:
                 if step is None:
                     return None
                 if claim:
-                    queue_empty = len(step.claimed) < claim
+                    queue_empty = len(step.claimed) < min(claim, free)
                     if idle and not step.claimed and not self.due_within_linger():
                         return None
                 continue
@@ -160,7 +168,7 @@ class Drain:
                 if not queue_empty or ledger.done:
                     step = self.send_now(want if not queue_empty else 0)
                     if not queue_empty and step is not None:
-                        queue_empty = len(step.claimed) < want
+                        queue_empty = len(step.claimed) < min(want, free)
                         if not step.claimed:
                             self.claimed_nothing_due()
 
@@ -198,6 +206,11 @@ class Drain:
             threads=ledger.capacity[THREAD], async_tasks=ledger.capacity[ASYNC],
             busy=ledger.in_use(),
         )  # fmt: skip
+
+    def with_beyond(self, free: int) -> int:
+        """What a claim may ask for with `free` slots: past them by `beyond` while one is
+        free (the statement keeps every limited kind to the free slots)."""
+        return free + self.beyond if free > 0 else 0
 
     def free_after_send(self) -> int:
         """Slots free once the completions waiting are sent (the claim goes with them)."""
@@ -296,6 +309,7 @@ class Drain:
             # With slots the claim takes only what the free slots can start (each kind's
             # own reserved slots, then the shared ones: migration 0024).
             room=None if self.executor.inline else self.ledger.room,
+            beyond=self.beyond,
         )  # fmt: skip
         self.ledger.sent(done)
         if step is None:

@@ -37,13 +37,16 @@ def send_step(
     want_more: bool,
     slow: bool = True,
     room: Callable[[], Room] | None = None,
+    beyond: int = 0,
 ) -> tuple[Step | None, bool]:
     """The drain's statement (completions, then a claim), sent again after a lost
     connection; returns the step (None if the connection stayed lost) and whether it was
     sent more than once (an earlier try may have committed with its answer lost).
     `slow`: end the claim with the kinds known to run long (the one-slot drain, whose claims
     wait behind each other); `room`: the drain's free slots,
-    read as the statement goes (the claim takes no more of a kind than they can start)."""
+    read as the statement goes (the claim takes no more of a kind than they can start);
+    `beyond`: how many past the free thread slots a kind nothing limits may take (not a kind
+    known to run long: the slow kinds are read for it too)."""
     tries = 0
 
     def send() -> Step:
@@ -54,7 +57,8 @@ def send_step(
         # snapshot's dead entries below it cost no heap visit.
         floor = claim_floor.bound() if claim else None
         linger_signal.looking()  # the listener's sign that a drain runs (issue 37, point 1)
-        ends = slow_kinds.get(get_config().hold_unstarted_seconds) if claim and slow else []
+        late = claim and (slow or beyond > 0)
+        ends = slow_kinds.get(get_config().hold_unstarted_seconds) if late else []
         space = room() if claim and room is not None else None
         sent = time.monotonic()  # the statement's time, not the slow-kind read's
         step = job_runner_step(
@@ -66,6 +70,7 @@ def send_step(
             slow_kinds=ends,
             floor=floor,
             room=space,
+            beyond=beyond if space is not None else 0,
         )
         if space is None or scanned_every_lane(space):
             claim_floor.saw(bound=floor, seen=step.seen_floor, took=time.monotonic() - sent)

@@ -80,6 +80,7 @@ def job_runner_step(
     slow_kinds: Sequence[str] = (),
     floor: datetime | None = None,
     room: Room | None = None,
+    beyond: int = 0,
 ) -> Step:
     """The runner's one statement (migration jobs/0010, `jobs_runner_step`): complete the
     jobs in `done` (id, seconds since its handler started), mark `mark` (id, seconds since
@@ -104,7 +105,11 @@ def job_runner_step(
     read (issue 36, point 1; migration jobs/0016, `jobs_runner_step_v5`). With `room` (the
     drain's free slots, jobs.ledger.Room) it takes no more of a kind than the process's
     slots can start: its own reserved slots, then the shared ones (issue 37, point 3;
-    migration jobs/0024, `jobs_runner_step_v6`); None: no such limit.
+    migration jobs/0024, `jobs_runner_step_v6`); None: no such limit. With `beyond` (and
+    `room`), a kind nothing limits (no cap, no rate, not reserved, not in `slow_kinds`) may
+    be claimed up to that many past the free thread slots, to wait unstarted as the one-slot
+    drain's batch does (issue 37, point 4; migration jobs/0028, `jobs_runner_step_v7`); a
+    row past them is not taken behind a row of a slow kind.
 
     Runs in the caller's transaction: in autocommit mode (the runner) it commits alone;
     inside a transaction the caller's commit decides. `want_more` asks whether another due
@@ -143,6 +148,7 @@ def job_runner_step(
                 None if room is None else room.async_kinds,
                 None if room is None else max(0, room.thread_free),
                 None if room is None else max(0, room.async_free),
+                max(0, beyond),
                 # its own transaction: commit without the flush
                 connection.get_autocommit() and not durable,
             ],
@@ -266,11 +272,11 @@ FROM claimed AS c CROSS JOIN (SELECT count(*) FROM spent) AS tokens
 """
 
 
-# The runner's one statement: the function of migration jobs/0014 (its plan is kept by the
+# The runner's one statement: the function of migration jobs/0028 (its plan is kept by the
 # server session; the statement is there, with why each part is as it is). Nothing is kept
 # in the client's session, so it works behind PgBouncer in transaction pooling.
 _RUNNER_STEP_SQL = (
-    "SELECT * FROM jobs_runner_step_v6(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
+    "SELECT * FROM jobs_runner_step_v7(%s, %s::bigint[], %s::float8[], %s, %s, %s::bigint[], "
     "%s, %s, %s, %s, %s::text[], %s::timestamptz, %s::text[], %s::integer[], %s::text[], "
-    "%s::integer, %s::integer, %s)"
+    "%s::integer, %s::integer, %s::integer, %s)"
 )
