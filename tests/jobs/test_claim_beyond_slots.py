@@ -4,19 +4,25 @@ about fixed per step), and holds the part it has not started as the one-slot dra
 capped kind still takes at most the smaller of its free units and the free slots (point 2:
 no process hoards units it cannot start), a kind known to run long nothing past the free
 slots, and a process with reserved slots claims as before (tests/jobs/test_slot_budget.py).
+What waits unstarted is given back when no slot frees for JOBS_HOLD_UNSTARTED_SECONDS.
 
 The statement is `jobs_runner_step_v7` (migration 0028); the drain asks for a batch whenever
 a slot is free (jobs/drain.py)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+
 import pytest
 from django.db import connection
 
-from jobs import run_pending
+from jobs import handler, registry, run_pending
 from jobs.ledger import Room
 from jobs.models import Job, KindCap
 from jobs.runner_step import job_runner_step
+from tests.support.processes import wait_until
+from tests.support.threads import drain_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -119,3 +125,61 @@ def test_a_drain_with_two_slots_never_claims_a_capped_kind_past_its_free_slots(s
     after = _claims_taken(NOOP)
 
     assert max(after) <= 2, after
+
+
+GATE, QUICK = "tests.beyond_gate", "tests.beyond_quick"
+
+
+@pytest.fixture
+def register() -> Iterator[Callable[..., Callable]]:
+    """`register(kind, **options)(fn)`: `@handler` for this test only."""
+    kinds: list[str] = []
+
+    def make(kind: str, **options: object) -> Callable:
+        kinds.append(kind)
+        return handler(kind, **options)
+
+    yield make
+    for kind in kinds:
+        registry._handlers.pop(kind, None)
+        for marks in (registry._outside_transaction, registry._idempotent, registry._async,
+                      registry._with_context):  # fmt: skip
+            marks.discard(kind)
+
+
+def test_jobs_claimed_past_the_slots_are_given_back_when_no_slot_frees(settings, register):
+    """Two slots held by jobs that block; the quick jobs claimed with them wait unstarted,
+    and the keeper gives them back (queued, no attempt spent) once no job has started for
+    JOBS_HOLD_UNSTARTED_SECONDS, while the two still run: another worker may take them.
+    Let go, the drain runs them all."""
+    settings.JOBS_CONCURRENCY = 2
+    settings.JOBS_HOLD_UNSTARTED_SECONDS = 1.0
+    gate, ran = threading.Event(), []
+
+    @register(GATE, atomic=False)
+    def blocks(payload: dict) -> None:
+        gate.wait(30)
+
+    @register(QUICK, atomic=False, idempotent=True)
+    def quick(payload: dict) -> None:
+        ran.append(payload["n"])
+
+    _queue(GATE, 2, priority=10)
+    _queue(QUICK, 10)
+    result: dict = {}
+    thread = drain_in_thread(result)
+    try:
+        wait_until(lambda: _processing(QUICK) == 10, "the quick jobs claimed", timeout=20)
+        wait_until(
+            lambda: (
+                Job.objects.filter(kind=QUICK, status=Job.Status.QUEUED, attempts=0).count() == 10
+            ),
+            "the quick jobs given back",
+            timeout=10,
+        )
+        assert _processing(GATE) == 2 and ran == []
+    finally:
+        gate.set()
+        thread.join(60)
+    assert result["summary"].completed == 12, result["summary"]
+    assert sorted(ran) == list(range(1, 11))
