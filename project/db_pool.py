@@ -318,6 +318,18 @@ def _named_timeout_pool_class() -> type:
                         "that holds its connection"
                     ) from None
 
+        def _get_ready_connection(self, timeout: float | None) -> Any:
+            """The idle connection given back last, not psycopg_pool's oldest (called under
+            the pool's lock). A backend that has just run the runner's statements has their
+            plans and the catalogs they read cached; a fresh one takes 20–50 ms to build them
+            on its first runner step (1.5–2 ms warm). Handed out oldest first, a drain's
+            thread took a slot thread's connection, which had never claimed, and the first
+            job after an idle spell waited for that (issue 37, point 1). The pool's shrink
+            still closes the oldest idle one: the connections left are the warm ones."""
+            if self._pool:
+                self._pool.rotate(1)  # the newest to the left end, where it is taken from
+            return super()._get_ready_connection(timeout)
+
         def _check_connection(self, conn: Any) -> None:
             """A connection the server ended (a restart, `pg_terminate_backend`) fails its
             check: its idle siblings most likely died with it. psycopg_pool would take and
