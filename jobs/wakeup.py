@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import select
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from project.quiet_log import QuietLog
 logger = logging.getLogger(__name__)
 
 CHANNEL = "jobs_job_due"  # the trigger's channel (jobs/migrations/0002_notify_due_trigger.py)
+DUE_NOW = "now"  # the payload's prefix for a job due now (jobs/migrations/0028_…)
 WAIT_SECONDS = 1.0  # longest wait for a notification before checking whether to stop
 MAX_COALESCE_SECONDS = 0.25  # longest a burst of notifications is read before the due check
 RECONNECT_BASE_SECONDS = 0.5  # backoff between reconnect attempts, doubled up to the cap
@@ -68,9 +70,11 @@ class WakeListener:
 
     `run()` returns when `should_stop()` is true (checked at least every WAIT_SECONDS).
     Each notification names the earliest due time of what its statement queued (epoch
-    seconds on the database's clock; migration 0005): due now, the listener checks at once;
-    due later, it keeps a timer for that time (a heap, converted to this host's monotonic
-    clock through the database's clock, so host clocks never matter). Every
+    seconds on the database's clock; migration 0005), after `now ` when the trigger found it
+    due on that clock (migration 0028): due now, the listener checks at once; due later, it
+    keeps a timer for that time (a heap, converted to this host's monotonic clock through
+    its estimate of the database's clock, re-read at every ping and due check: a step of
+    that clock moves such a timer until the next ping, never a job due now). Every
     JOBS_LISTENER_PING_SECONDS one statement, answered within as long, pings the connection,
     re-reads the database's clock and looks ahead for
     the earliest job due within the next minute (those queued further ahead, or whose
@@ -179,6 +183,8 @@ class WakeListener:
         # bounded, like every query on this connection
         sent = time.monotonic()
         scanned_at, first_due = self._ping(due_now_sql(floor))
+        if scanned_at is not None:  # the database's clock, re-read as the look-ahead does
+            self._db_minus_monotonic = float(scanned_at) - time.monotonic()
         seen = first_due if first_due is not None else scanned_at
         self._floor.saw(
             bound=floor,
@@ -349,9 +355,14 @@ class WakeListener:
         """One notification: True if a job may be due now. A due time ahead arms a timer;
         a job due now lowers the floors to its `run_after` (or its transaction's start,
         migration 0016) when it lies below them (`_heard_due`)."""
-        try:
-            due_epoch = float(payload)
-        except ValueError:  # not our trigger's (another role may NOTIFY): check now
+        read = read_payload(payload)
+        if read is None:  # not our trigger's (another role may NOTIFY): check now
+            return True
+        said_due_now, due_epoch = read
+        if said_due_now:
+            # The trigger said so on the database's clock (migration 0028): no estimate of
+            # that clock decides it, so a step of it (NTP, a resumed VM) delays nothing.
+            self._heard_due(due_epoch)
             return True
         if (
             self._db_minus_monotonic is None
@@ -361,6 +372,22 @@ class WakeListener:
             return True
         self._arm(due_epoch)
         return False
+
+
+def read_payload(payload: str) -> tuple[bool, float] | None:
+    """A notification of our triggers: (said due now, due epoch), or None if it is not one.
+    `now <epoch>`: due now on the database's clock (migration 0028); `<epoch>`: a due time,
+    later or (from the previous release's trigger) now."""
+    prefix, _, epoch = payload.rpartition(" ")
+    if prefix not in ("", DUE_NOW):
+        return None
+    try:
+        due_epoch = float(epoch)
+    except ValueError:
+        return None
+    if not math.isfinite(due_epoch):
+        return None
+    return prefix == DUE_NOW, due_epoch
 
 
 def _from_epoch(value: bytes) -> datetime:

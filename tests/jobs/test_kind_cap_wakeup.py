@@ -20,6 +20,7 @@ from jobs.models import Job, KindCap
 from jobs.outcomes import job_record_failure
 from jobs.reaper import jobs_reap_stale
 from jobs.runner_step import ClaimedJob, job_runner_step
+from jobs.wakeup import read_payload
 from tests.jobs.handlers import CAPPED_ONE_KIND
 from tests.jobs.test_start_within_a_second import GUARANTEE_SECONDS, _cluster_env
 from tests.jobs.test_wakeup import _qcluster
@@ -43,7 +44,7 @@ def _queue(kind: str, ago: str = "1 minute", payload: str = "{}") -> int:
 
 
 def _payloads(listener, wait: float) -> list[float]:
-    return [float(n.payload) for n in listener.notifies(timeout=wait)]
+    return [read_payload(n.payload)[1] for n in listener.notifies(timeout=wait)]
 
 
 def _held_one_and_waiting(kind: str) -> tuple[ClaimedJob, int]:

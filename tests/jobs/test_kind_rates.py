@@ -25,6 +25,7 @@ from jobs.kind_rates import Rate, kind_rates_line, kind_rates_sync, parse_rate
 from jobs.models import Job, KindRate
 from jobs.registry import kind_rates
 from jobs.runner_step import job_claim_batch, job_runner_step
+from jobs.wakeup import read_payload
 from tests.jobs.handlers import RATED_HOURLY_KIND, RATED_KIND, RATED_RATE
 from tests.support.wakeup import raw_connection
 
@@ -201,7 +202,7 @@ def test_a_token_taken_says_when_the_next_comes_and_the_look_ahead_finds_it():
     listener.execute("LISTEN jobs_job_due")
     try:
         (job,) = job_runner_step(worker="w", claim=10).claimed
-        payloads = [float(n.payload) for n in listener.notifies(timeout=5, stop_after=1)]
+        payloads = [read_payload(n.payload)[1] for n in listener.notifies(timeout=5, stop_after=1)]
     finally:
         listener.close()
     next_slot = KindRate.objects.get(kind=RATED_KIND).next_slot_at.timestamp()

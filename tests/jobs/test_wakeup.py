@@ -166,6 +166,24 @@ def test_a_job_due_in_two_seconds_is_woken_at_its_due_time_however_it_was_insert
             Job.objects.filter(status=Job.Status.QUEUED).update(status=Job.Status.CANCELLED)
 
 
+def test_a_job_due_now_is_woken_at_once_after_the_database_clock_stepped_ahead(settings):
+    """Issue 36 point 1 (every committed due job within a second): the listener decided
+    "due now" by comparing the notification's due time with its own estimate of the
+    database's clock (its monotonic clock plus an offset read at its last ping, every
+    JOBS_LISTENER_PING_SECONDS). After the clock stepped forward (an NTP step, a resumed VM),
+    a job due now looked due later by the step, got a timer, and waited up to the next ping:
+    16.5 s, seen once on a 2-core VM whose wall clock moved 2–5 ms/s against its monotonic
+    one. The trigger now says itself that a job is due now. Here the listener's estimate is
+    put 16 s behind, as such a step leaves it, and its pings are an hour apart."""
+    settings.JOBS_LISTENER_PING_SECONDS = 3600
+    with _running_listener(workers=2) as listener:
+        _wait_for(lambda: listener._db_minus_monotonic is not None)
+        listener._db_minus_monotonic -= 16.0  # the database's clock stepped 16 s ahead
+        due = Job.objects.get(pk=plain_insert("tests.noop")).run_after
+        late = _woken_after(due)
+        assert late <= 1.0, f"woken {late:.2f}s after the commit"
+
+
 def test_a_flood_of_notifications_from_another_role_queues_no_wake_task_when_nothing_is_due():
     """Issue 22: any role that can connect can NOTIFY; with no due job that must cost a few
     cheap checks (a burst is read as one round), never a wake task."""
