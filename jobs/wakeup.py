@@ -42,7 +42,7 @@ from project.quiet_log import QuietLog
 logger = logging.getLogger(__name__)
 
 CHANNEL = "jobs_job_due"  # the trigger's channel (jobs/migrations/0002_notify_due_trigger.py)
-DUE_NOW = "now"  # the payload's prefix for a job due now (jobs/migrations/0028_…)
+DUE_NOW = "now"  # the payload's prefix for a job due now (jobs/migrations/0029_…)
 WAIT_SECONDS = 1.0  # longest wait for a notification before checking whether to stop
 MAX_COALESCE_SECONDS = 0.25  # longest a burst of notifications is read before the due check
 RECONNECT_BASE_SECONDS = 0.5  # backoff between reconnect attempts, doubled up to the cap
@@ -71,7 +71,7 @@ class WakeListener:
     `run()` returns when `should_stop()` is true (checked at least every WAIT_SECONDS).
     Each notification names the earliest due time of what its statement queued (epoch
     seconds on the database's clock; migration 0005), after `now ` when the trigger found it
-    due on that clock (migration 0028): due now, the listener checks at once; due later, it
+    due on that clock (migration 0029): due now, the listener checks at once; due later, it
     keeps a timer for that time (a heap, converted to this host's monotonic clock through
     its estimate of the database's clock, re-read at every ping and due check: a step of
     that clock moves such a timer until the next ping, never a job due now). Every
@@ -360,7 +360,7 @@ class WakeListener:
             return True
         said_due_now, due_epoch = read
         if said_due_now:
-            # The trigger said so on the database's clock (migration 0028): no estimate of
+            # The trigger said so on the database's clock (migration 0029): no estimate of
             # that clock decides it, so a step of it (NTP, a resumed VM) delays nothing.
             self._heard_due(due_epoch)
             return True
@@ -376,7 +376,7 @@ class WakeListener:
 
 def read_payload(payload: str) -> tuple[bool, float] | None:
     """A notification of our triggers: (said due now, due epoch), or None if it is not one.
-    `now <epoch>`: due now on the database's clock (migration 0028); `<epoch>`: a due time,
+    `now <epoch>`: due now on the database's clock (migration 0029); `<epoch>`: a due time,
     later or (from the previous release's trigger) now."""
     prefix, _, epoch = payload.rpartition(" ")
     if prefix not in ("", DUE_NOW):

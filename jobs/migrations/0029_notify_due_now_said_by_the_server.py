@@ -1,4 +1,4 @@
-"""The due trigger says itself when a job is due now (issue 36, point 1).
+"""The due trigger says itself when a job is due now (issue 36, point 1; jobs 0029).
 
 `jobs_job_notify_due_v4`, the trigger function now: as v3, but a job due now is announced
 as `now <epoch>` (its run_after, or the transaction's start if earlier, as before), and a
@@ -97,6 +97,6 @@ DROP FUNCTION jobs_job_notify_due_v4();
 
 
 class Migration(migrations.Migration):
-    dependencies = [("jobs", "0027_runner_step_one_update")]
+    dependencies = [("jobs", "0028_runner_step_claims_beyond_free_slots")]
 
     operations = [migrations.RunSQL(NOTIFY_V4, NOTIFY_V4_REVERSE)]
