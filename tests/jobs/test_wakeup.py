@@ -127,6 +127,30 @@ def test_a_task_row_that_cannot_be_decoded_does_not_stop_the_wake_up():
     assert request_wake(workers=2) is False  # one is pending
 
 
+def test_a_wake_task_commits_without_the_wal_flush_and_the_session_keeps_it():
+    """The wake task's commit is on the path of every wake-up; it skips the WAL flush (a
+    lost wake task is one the minute's drain stands in for), for its own transaction only:
+    the connection's next transactions (the listener's, a drain's) flush as before."""
+    from django.db import connection
+
+    seen: list[tuple[str, str]] = []
+
+    def watch(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "django_q_ormq" in sql.lower() and sql.lstrip().upper().startswith("INSERT"):
+            with connection.cursor() as cursor:
+                cursor.execute("SHOW synchronous_commit")
+                seen.append(("insert", cursor.fetchone()[0]))
+        return result
+
+    with connection.execute_wrapper(watch):
+        assert request_wake(workers=2) is True
+    assert seen == [("insert", "off")]
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
+
+
 def _woken_after(due) -> float:
     """Seconds from `due` (a database time) until a wake task is pending, on the database's
     clock; fails if none comes within 8 s."""
