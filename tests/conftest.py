@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from tests.support import fast_password, quick_flush
+
 pytest_plugins = [
     "tests.support.browser",
     "tests.support.suite_clock",
@@ -28,6 +30,8 @@ def pytest_configure(config: pytest.Config) -> None:
         )
     _worker_s_own_mail_folder()
     _process_s_own_pg_system_folder(config)
+    fast_password.install()
+    quick_flush.install()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
