@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.support.suite_clock",
     "tests.support.long_first",
     "tests.support.xdist_groups",
+    "tests.support.handler_registration",
 ]
 
 

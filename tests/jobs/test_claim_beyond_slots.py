@@ -12,12 +12,11 @@ a slot is free (jobs/drain.py)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
 
 import pytest
 from django.db import connection
 
-from jobs import handler, registry, run_pending
+from jobs import run_pending
 from jobs.ledger import Room
 from jobs.models import Job, KindCap
 from jobs.runner_step import job_runner_step
@@ -128,23 +127,6 @@ def test_a_drain_with_two_slots_never_claims_a_capped_kind_past_its_free_slots(s
 
 
 GATE, QUICK = "tests.beyond_gate", "tests.beyond_quick"
-
-
-@pytest.fixture
-def register() -> Iterator[Callable[..., Callable]]:
-    """`register(kind, **options)(fn)`: `@handler` for this test only."""
-    kinds: list[str] = []
-
-    def make(kind: str, **options: object) -> Callable:
-        kinds.append(kind)
-        return handler(kind, **options)
-
-    yield make
-    for kind in kinds:
-        registry._handlers.pop(kind, None)
-        for marks in (registry._outside_transaction, registry._idempotent, registry._async,
-                      registry._with_context):  # fmt: skip
-            marks.discard(kind)
 
 
 def test_jobs_claimed_past_the_slots_are_given_back_when_no_slot_frees(settings, register):

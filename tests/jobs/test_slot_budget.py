@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
 from io import StringIO
 
 import psycopg
@@ -19,7 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db import connection
 
-from jobs import enqueue, enqueue_many, handler, registry, run_pending
+from jobs import enqueue, enqueue_many, run_pending
 from jobs.models import Job
 from tests.support.pgbouncer import django_through_pgbouncer
 from tests.support.processes import wait_until
@@ -28,24 +27,6 @@ from tests.support.threads import drain_in_thread
 pytestmark = pytest.mark.django_db(transaction=True)
 
 BACKFILL, REPLY = "tests.budget_backfill", "tests.budget_reply"
-
-
-@pytest.fixture
-def register() -> Iterator[Callable[..., Callable]]:
-    """`register(kind, **options)(fn)`: `@handler` for this test only."""
-    kinds: list[str] = []
-
-    def make(kind: str, **options: object) -> Callable:
-        kinds.append(kind)
-        return handler(kind, **options)
-
-    yield make
-    for kind in kinds:
-        for table in (registry._handlers, getattr(registry, "_reserved", {}), registry._caps):
-            table.pop(kind, None)
-        for marks in (registry._outside_transaction, registry._idempotent, registry._async,
-                      registry._with_context):  # fmt: skip
-            marks.discard(kind)
 
 
 def _processing(kind: str) -> int:
