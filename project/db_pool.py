@@ -326,7 +326,7 @@ def _named_timeout_pool_class() -> type:
             thread took a slot thread's connection, which had never claimed, and the first
             job after an idle spell waited for that (issue 37, point 1). The pool's shrink
             still closes the oldest idle one: the connections left are the warm ones."""
-            if self._pool:
+            if self._pool and (timeout is None or timeout > 0.0):  # else it takes none
                 self._pool.rotate(1)  # the newest to the left end, where it is taken from
             return super()._get_ready_connection(timeout)
 
