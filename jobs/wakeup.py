@@ -184,7 +184,7 @@ class WakeListener:
         sent = time.monotonic()
         scanned_at, first_due = self._ping(due_now_sql(floor))
         if scanned_at is not None:  # the database's clock, re-read as the look-ahead does
-            self._db_minus_monotonic = float(scanned_at) - time.monotonic()
+            self._read_clock(scanned_at)
         seen = first_due if first_due is not None else scanned_at
         self._floor.saw(
             bound=floor,
@@ -226,10 +226,15 @@ class WakeListener:
         """Ping, re-read the database's clock and arm a timer for the next job due soon."""
         assert self.connection is not None
         db_epoch, next_due = self._ping(LOOK_AHEAD_SQL)
-        self._db_minus_monotonic = float(db_epoch) - time.monotonic()
+        self._read_clock(db_epoch)
         self._next_check = time.monotonic() + self.ping_seconds
         if next_due is not None:
             self._arm(float(next_due))
+
+    def _read_clock(self, db_epoch: bytes | None) -> None:
+        """The database's clock as a statement just read it: what converts due times to
+        this host's monotonic clock (a round trip late at most)."""
+        self._db_minus_monotonic = float(db_epoch) - time.monotonic()
 
     def _ping(self, sql: str) -> list[bytes | None]:
         """Run a one-row query, waiting at most `ping_seconds` for its answer; its values as

@@ -21,7 +21,7 @@ from jobs.operator_actions import jobs_retry_now
 from jobs.outcomes import job_record_failure
 from jobs.runner_step import job_claim_batch
 from jobs.wake_tasks import WAKE_TASK, request_wake, wake_tasks_in_broker
-from jobs.wakeup import CHANNEL, WakeListener
+from jobs.wakeup import CHANNEL, WakeListener, read_payload
 from project.db_clock import db_now
 from tests.support.processes import (
     schedules_already_run,
@@ -206,6 +206,27 @@ def test_a_job_due_now_is_woken_at_once_after_the_database_clock_stepped_ahead(s
         due = Job.objects.get(pk=plain_insert("tests.noop")).run_after
         late = _woken_after(due)
         assert late <= 1.0, f"woken {late:.2f}s after the commit"
+
+
+@pytest.mark.parametrize(
+    ("payload", "read"),
+    [
+        ("now 1796649245.5", (True, 1796649245.5)),
+        ("1796649245.5", (False, 1796649245.5)),  # due later, or the previous trigger's
+        ("", None),  # migration 0002's due-now payload, or another role's
+        ("nan", None),
+        ("now inf", None),
+        ("-inf", None),
+        ("soon 1796649245.5", None),
+        ("now  1796649245.5", None),
+        ("now", None),
+    ],
+)
+def test_a_payload_that_is_not_our_triggers_is_read_as_none_meaning_check_now(payload, read):
+    """Any role that can connect can NOTIFY on the channel: what is not `now <epoch>` or a
+    finite `<epoch>` is not ours, and the listener checks at once rather than arming a
+    timer for a time it cannot trust (`nan` and `inf` used to reach the timer heap)."""
+    assert read_payload(payload) == read
 
 
 def test_a_flood_of_notifications_from_another_role_queues_no_wake_task_when_nothing_is_due():
