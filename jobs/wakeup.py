@@ -13,9 +13,9 @@ tasks (`jobs.tasks.run_due_jobs`) through `request_wake` (jobs/wake_tasks.py: at
 pending, at most workers + 1 outstanding). Its statements are jobs/due_check_sql.py's.
 
 The Job table stays the truth and the task carries no job id: a lost notification (the
-listener reconnecting, a qcluster down) costs latency only. On every reconnect the listener
-sends one wake-up for what it may have missed, and the minute schedule remains the safety
-net.
+listener reconnecting, a qcluster down) costs latency only. On every connect, the first
+included, the listener checks for due jobs and sends one wake-up for what it may have
+missed, and the minute schedule remains the safety net.
 """
 
 from __future__ import annotations
@@ -127,10 +127,12 @@ class WakeListener:
                 if self.connection is None or self.connection.closed:
                     self._connect()
                     self._look_ahead()
-                    if self.connects > 1:
-                        # What the outage may have hidden, below any floor: a full check.
-                        self._floor.forget()
-                        self._wake_if_due()
+                    # What no NOTIFY told this connection: a job committed before it
+                    # listened (while no qcluster ran, or this one was starting) or during
+                    # an outage. A full check, below any floor; without it such a job
+                    # waited for the minute schedule.
+                    self._floor.forget()
+                    self._wake_if_due()
                 failures = 0
                 if time.monotonic() >= self._next_check:
                     self._look_ahead()

@@ -297,6 +297,17 @@ def test_the_listener_reconnects_after_losing_its_connection_and_wakes_for_what_
         _wait_for(lambda: wake_tasks_in_broker() == (1, 1))
 
 
+def test_a_job_committed_before_the_listener_listened_gets_a_wake_task_at_its_first_connect():
+    # Its NOTIFY went to nobody: committed while no qcluster ran, or while one was starting,
+    # between its process registering and its LISTEN (a CI run's qcluster started such a
+    # job only at the minute schedule: 30 s of a test's wait and more).
+    enqueue("tests.noop", {})
+    assert wake_tasks_in_broker() == (0, 0)
+    with _running_listener(workers=2) as listener:
+        _wait_for(lambda: wake_tasks_in_broker() == (1, 1))
+        assert listener.connects == 1
+
+
 # --- a real qcluster ----------------------------------------------------------------------------
 
 
@@ -335,6 +346,20 @@ def test_a_plain_sql_insert_is_started_by_a_running_qcluster_long_before_the_min
             assert time.monotonic() - inserted < 15, log.read_text()
             time.sleep(0.05)
         print(f"plain INSERT completed {time.monotonic() - inserted:.2f}s after commit")
+
+
+@pytest.mark.slow
+def test_a_job_enqueued_while_no_qcluster_ran_starts_when_one_starts_not_at_the_minute_tick(
+    worker_env, tmp_path
+):
+    env = {**worker_env, "Q_WORKERS": "2", "LOG_LEVEL": "INFO", "LOG_FORMAT": "text"}
+    log = tmp_path / "qcluster.log"
+    job = enqueue("tests.create_user", {"username": "queued-during-a-deploy"})
+    with _qcluster(env, log):
+        listening = time.monotonic()
+        while Job.objects.get(pk=job.pk).status != Job.Status.COMPLETED:
+            assert time.monotonic() - listening < 15, log.read_text()
+            time.sleep(0.05)
 
 
 @pytest.mark.slow

@@ -126,6 +126,9 @@ def test_a_qcluster_lists_itself_and_each_worker_process(worker_env, tmp_path):
                 "a worker process shows the job it runs",
                 timeout=30,
             )
+        except AssertionError as exc:
+            log = (tmp_path / "qcluster.log").read_text()[-6000:]
+            raise AssertionError(f"{exc}; the qcluster's log ends:\n{log}") from None
         finally:
             seen.touch()
     finally:
