@@ -28,6 +28,11 @@ def _tables() -> dict[str, object]:
 @pytest.fixture
 def register() -> Iterator[Callable[..., Callable]]:
     """`register(kind, **options)(fn)`: `@handler` for this test only."""
+    # Discovery first: the tables saved must hold what discovery registers. Where this
+    # fixture was the first to touch the registry of its process, the test's run discovered
+    # our apps' handlers, the restore dropped them and discovery, done once per process,
+    # never brought them back: every later test there found no `inbound_email.relay_reply`.
+    registry.discover()
     saved = {name: copy.copy(table) for name, table in _tables().items()}
     yield handler
     for name, table in _tables().items():
