@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -241,3 +242,39 @@ def test_the_keeper_marks_the_starts_of_many_running_slots_in_one_statement(sett
     assert (summary.completed, summary.failed) == (8, 0), summary.errors
     assert sum(statements) == 8, statements  # each job's start shown once, while it ran
     assert len(statements) <= 2, statements
+
+
+def test_a_drain_whose_time_is_up_gives_back_the_jobs_it_could_not_start_and_ends(
+    tmp_path, settings
+):
+    """The scale-out rehearsal's stall: a drain with slots claimed more jobs than its free
+    slots (a claim past them, migration 0028); its JOBS_DRAIN_SECONDS passed with some
+    still unstarted, and the drain, allowed to start nothing more and with nothing running
+    (quick jobs: the keeper gives back only behind a job running longer than
+    JOBS_HOLD_UNSTARTED_SECONDS), waited for outcomes that could not come, holding those
+    jobs `processing` until django-q2's Q_TIMEOUT killed it (300 s), and then a reap.
+    Two slots, 10 ms jobs: 52 claimed at once need 0.26 s, the drain has 0.1 s."""
+    settings.JOBS_CONCURRENCY = 2
+    settings.JOBS_CLAIM_BATCH_SIZE = 50
+    log = tmp_path / "runs.log"
+    jobs = [enqueue("tests.log", {"n": n, "log": str(log), "sleep": 0.01}) for n in range(60)]
+    result: dict = {}
+    stop = threading.Event()
+
+    thread = drain_in_thread(result, max_seconds=0.1, stop=stop)
+    thread.join(timeout=20)
+    hung = thread.is_alive()
+    stop.set()  # a hung drain ends now: the test's teardown needs the rows
+    thread.join(timeout=20)
+
+    assert not hung, "the drain did not end after its time was up"
+    summary = result["summary"]
+    ran = [int(line.split()[0]) for line in _lines(log)]
+    assert summary.budget_exhausted
+    assert 1 <= summary.completed == len(ran) < len(jobs)
+    for job in jobs:
+        job.refresh_from_db()
+        if job.payload["n"] in ran:
+            assert (job.status, job.attempts) == (Job.Status.COMPLETED, 1)
+        else:  # back in the queue as if never claimed: no attempt spent, no owner
+            assert (job.status, job.attempts, job.locked_by) == (Job.Status.QUEUED, 0, "")
