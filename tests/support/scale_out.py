@@ -246,7 +246,24 @@ class ScaleOut:
             self._check_notices(),
             self._check_mail(),
             self._check_ids(),
+            self._check_logs(),
         ]
+
+    def _check_logs(self) -> Check:
+        """The clusters log at WARNING: an ERROR or CRITICAL line is something that went
+        wrong even if every count above came out right (a drain killed by django-q2's
+        Q_TIMEOUT holding jobs for minutes once did, the counts right in the end)."""
+        lines = [
+            f"{path.name}: {line.strip()[:200]}"
+            for path in sorted(self.workdir.glob("cluster*.log"))
+            for line in path.read_text(errors="replace").splitlines()
+            if " ERROR " in line or " CRITICAL " in line
+        ]
+        return Check(
+            "no cluster logged an error",
+            not lines,
+            f"{len(lines)} ERROR/CRITICAL lines" + (f", first: {lines[:3]}" if lines else ""),
+        )
 
     def _check_pooled(self) -> Check:
         if not self.config.pooled:
