@@ -253,15 +253,18 @@ def test_a_drain_whose_time_is_up_gives_back_the_jobs_it_could_not_start_and_end
     (quick jobs: the keeper gives back only behind a job running longer than
     JOBS_HOLD_UNSTARTED_SECONDS), waited for outcomes that could not come, holding those
     jobs `processing` until django-q2's Q_TIMEOUT killed it (300 s), and then a reap.
-    Two slots, 10 ms jobs: 52 claimed at once need 0.26 s, the drain has 0.1 s."""
+    Two slots, 30 ms jobs, nothing given back behind them: 52 claimed at once need 0.78 s,
+    the drain has 0.4 s (a loaded machine's first claim may take most of it: none started
+    is the same stall)."""
     settings.JOBS_CONCURRENCY = 2
     settings.JOBS_CLAIM_BATCH_SIZE = 50
+    settings.JOBS_HOLD_UNSTARTED_SECONDS = 600
     log = tmp_path / "runs.log"
-    jobs = [enqueue("tests.log", {"n": n, "log": str(log), "sleep": 0.01}) for n in range(60)]
+    jobs = [enqueue("tests.log", {"n": n, "log": str(log), "sleep": 0.03}) for n in range(60)]
     result: dict = {}
     stop = threading.Event()
 
-    thread = drain_in_thread(result, max_seconds=0.1, stop=stop)
+    thread = drain_in_thread(result, max_seconds=0.4, stop=stop)
     thread.join(timeout=20)
     hung = thread.is_alive()
     stop.set()  # a hung drain ends now: the test's teardown needs the rows
@@ -271,7 +274,7 @@ def test_a_drain_whose_time_is_up_gives_back_the_jobs_it_could_not_start_and_end
     summary = result["summary"]
     ran = [int(line.split()[0]) for line in _lines(log)]
     assert summary.budget_exhausted
-    assert 1 <= summary.completed == len(ran) < len(jobs)
+    assert summary.completed == len(ran) < len(jobs)
     for job in jobs:
         job.refresh_from_db()
         if job.payload["n"] in ran:
