@@ -121,11 +121,10 @@ class Drain:
             if self.ending():
                 return None  # let_slots_end waits for the running slots (their grace)
             self.start_what_can_start()
-            # Nothing runs, and nothing claimed waits to start or may start any more (the
-            # drain's time is up: its unstarted claims go back as it ends, `settle`). Not
-            # idle while such claims wait and nothing runs, it waited for outcomes that
-            # could not come until django-q2's Q_TIMEOUT killed it, holding them (the
-            # keeper gives back only behind a running job).
+            # Over when nothing runs and nothing claimed may start: with its time up, the
+            # unstarted claims go back as it ends (`settle`). Else it waited for outcomes
+            # that could not come until Q_TIMEOUT killed it (the keeper gives back only
+            # behind a running job).
             idle = not ledger.has_running() and (not ledger.has_unstarted() or not self.may_start())
             with ledger.handing_back:
                 unstarted = ledger.has_unstarted()

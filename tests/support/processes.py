@@ -112,14 +112,22 @@ def terminate_backends(application_name: str) -> int:
         return cursor.fetchone()[0]
 
 
-def wait_until(condition, what: str, timeout: float = 60, interval: float = 0.1) -> None:
-    """Poll `condition()` until it is true; fail with `what` after `timeout` seconds."""
+def wait_until(
+    condition, what: str, timeout: float = 60, interval: float = 0.1, logs: tuple = ()
+) -> None:
+    """Poll `condition()` until it is true; fail with `what` after `timeout` seconds, and the
+    last 3,000 characters of each of `logs` (the log files of the processes waited on)."""
     import time
 
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for: {what}")
+            tails = "".join(
+                f"\n--- {path.name} ends:\n{path.read_text(errors='replace')[-3000:]}"
+                for path in logs
+                if path.exists()
+            )
+            raise AssertionError(f"timed out after {timeout}s waiting for: {what}{tails}")
         time.sleep(interval)
 
 
