@@ -256,6 +256,12 @@ class WakeListener:
                 pgconn.consume_input()
             result = pgconn.get_result()
             if result is None:
+                # A NOTIFY that came in with the answer sits in libpq's queue, where
+                # `notifies()` does not look (it waits for the socket): hand it to psycopg's
+                # backlog, which `notifies()` yields first.
+                while (notification := pgconn.notifies()) is not None:
+                    if pgconn.notify_handler is not None:
+                        pgconn.notify_handler(notification)
                 return row
             if result.status not in (
                 psycopg.pq.ExecStatus.TUPLES_OK,

@@ -404,3 +404,22 @@ def test_the_listen_connection_has_a_statement_timeout():
         assert listener.connection.execute("SHOW statement_timeout").fetchone()[0] == "10s"
     finally:
         listener.close()
+
+
+def test_a_notification_that_arrives_during_a_ping_is_heard_at_once():
+    """libpq reads a NOTIFY that comes in with a ping's answer (the look-ahead, the due
+    check) into its own queue, where psycopg's `notifies()` did not look: it waited for the
+    socket, so that job waited for the next notification of any kind or the next look-ahead
+    (15 s). The first connect's due check, a second ping right after LISTEN, made it show:
+    a CI run's job due a second later got no wake task."""
+    listener = WakeListener(workers=2)
+    try:
+        listener._connect()
+        listener._ping(f"SELECT pg_notify('{CHANNEL}', 'arrives with the answer')")
+        started = time.monotonic()
+        heard = listener._wait_for_notifications()
+        assert heard, "the notification that came with the ping's answer was not read"
+        assert time.monotonic() - started < 0.5
+    finally:
+        listener.close()
+        connections.close_all()
