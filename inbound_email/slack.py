@@ -27,6 +27,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError, SlackRequestError
 
 from inbound_email.conf import get_config
 from inbound_email.exceptions import CallDeadlinePassed, SlackLookupError, SlackPostError
+from inbound_email.slack_basics import slack_enabled
 
 HISTORY_PAGE_SIZE = 200  # messages per conversations.history page (Slack allows up to 999)
 RETRY_AFTER_DEFAULT_SECONDS = 1.0  # a 429 with no usable Retry-After
@@ -72,15 +73,6 @@ def _api_error(exc: SlackApiError) -> tuple[str | None, float | None]:
         headers = resp.headers or {}
         retry_after = retry_after_seconds(headers.get("Retry-After") or headers.get("retry-after"))
     return resp.get("error"), retry_after
-
-
-def slack_enabled() -> bool:
-    return get_config().slack_enabled
-
-
-def escape_mrkdwn(text: str) -> str:
-    """Slack's three control characters; everything else is shown as written."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 # A call is not started with less time than this left before its deadline (seconds).

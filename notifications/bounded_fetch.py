@@ -44,6 +44,7 @@ def fetch(url: str, *, deadline_seconds: float, max_bytes: int) -> bytes:
         connection = http.client.HTTPConnection(host, port, timeout=left())
     else:
         raise FetchFailed(f"not an http(s) URL: {parts.scheme!r}")
+    response: http.client.HTTPResponse | None = None
     try:
         path = parts.path or "/"
         connection.request("GET", f"{path}?{parts.query}" if parts.query else path)
@@ -64,4 +65,9 @@ def fetch(url: str, *, deadline_seconds: float, max_bytes: int) -> bytes:
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise FetchFailed(f"{type(exc).__name__}: {exc}") from exc
     finally:
+        # After `Connection: close` the response owns the socket (connection.close() then
+        # drops only the connection's reference): a refused answer's socket stayed open until
+        # the garbage collector found it, and the host kept sending into it.
+        if response is not None:
+            response.close()
         connection.close()

@@ -51,8 +51,7 @@ from inbound_email.services.relay_claim import (
 )
 from inbound_email.services.relay_message import RELAY_EVENT_TYPE, relay_metadata
 from inbound_email.services.relay_record import _relay_to_inbox, reply_relay_record
-from inbound_email.services.relay_slack import reply_relay_slack
-from inbound_email.slack import slack_enabled
+from inbound_email.slack_basics import slack_enabled
 from project.db_clock import db_now
 
 logger = logging.getLogger(__name__)
@@ -68,7 +67,6 @@ __all__ = [  # the names callers and tests import from here
     "reply_relay_claim",
     "reply_relay_enqueue",
     "reply_relay_record",
-    "reply_relay_slack",
     "reply_relay_sweep",
 ]
 
@@ -137,5 +135,9 @@ def reply_relay(*, reply_id: int) -> str:
     claim = reply_relay_claim(reply_id=reply_id)
     if claim is None:
         return "skipped"
+    # Imported here: the Slack step brings in slack-sdk, which a process that never relays
+    # (most `manage.py` commands, the web app) should not pay for at start-up.
+    from inbound_email.services.relay_slack import reply_relay_slack
+
     result = reply_relay_slack(claim)
     return reply_relay_record(claim=claim, result=result)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from inbound_email.models import Reply, ReplyAttachment
-from inbound_email.slack import escape_mrkdwn
+from inbound_email.slack_basics import escape_mrkdwn
 
 RELAY_EVENT_TYPE = "pi_instruction"  # Slack message metadata of a relayed instruction
 SLACK_TEXT_LIMIT = 3000  # characters of instruction in the Slack message (full text kept)

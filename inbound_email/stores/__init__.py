@@ -6,8 +6,10 @@ Callers import from here; the adapters' modules are an implementation detail.
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
+from typing import Any
 
 from inbound_email.conf import get_config
 from inbound_email.exceptions import InvalidStoreUrl
@@ -20,7 +22,20 @@ from inbound_email.stores.base import (
     sha256_hex,
 )
 from inbound_email.stores.folder import FolderStore
-from inbound_email.stores.s3 import S3_MAX_ATTEMPTS, S3Store, s3_client
+
+# The S3 adapter is imported when first used, not with this package: boto3 and botocore take
+# about 0.13 s of CPU to import, and every process that imports the inbound-mail services
+# (each `manage.py` command, each qcluster, the web app through the admin) paid it, most of
+# them on a folder store that never calls S3 (docs/setup.md, the suite's time budget).
+_S3_NAMES = frozenset({"S3_MAX_ATTEMPTS", "S3Store", "s3_client"})
+
+
+def __getattr__(name: str) -> Any:
+    """`S3Store`, `s3_client` and `S3_MAX_ATTEMPTS` from the S3 adapter, imported on first use."""
+    if name in _S3_NAMES:
+        return getattr(importlib.import_module("inbound_email.stores.s3"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "KEY_MAX_CHARS",
@@ -71,6 +86,8 @@ def store_from_url(url: str | None = None) -> MailStore:
     quarantine_prefix = config.quarantine_prefix
     kind, where, prefix = parse_store_url(url)
     if kind == "s3":
+        from inbound_email.stores.s3 import S3Store
+
         return S3Store(
             where, prefix, quarantine_prefix, attachments_prefix=config.attachments_prefix
         )

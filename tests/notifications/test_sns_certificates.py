@@ -150,6 +150,10 @@ def test_a_certificate_larger_than_the_cap_is_refused_after_reading_at_most_the_
             f"signing certificate unavailable: answer larger than "
             f"{sns_certificates.MAX_CERT_BYTES} bytes"
         )
+        # The refused answer's connection is closed before the endpoint answers, not left to
+        # the garbage collector: the host would keep sending into it, and the web worker
+        # hold its socket (the response held it open after Connection: close).
+        assert not server.client_connected()
     assert sns_certificates.MAX_CERT_BYTES < server.bytes_sent
     assert server.bytes_sent <= sns_certificates.MAX_CERT_BYTES + bounded_fetch._CHUNK
     assert not DeliveryFeedback.objects.exists()

@@ -146,3 +146,32 @@ def test_every_module_imports_in_a_fresh_process():
     failed = json.loads(result.stdout.strip().splitlines()[-1])
     assert failed == {}, "\n".join(failed.values())
     assert len(names) > 90  # every app was found
+
+
+def test_a_process_that_makes_no_s3_or_slack_call_does_not_import_their_sdks():
+    """boto3 with botocore and slack-sdk cost about 0.19 s of CPU to import: every `manage.py`
+    command, qcluster and web worker paid it at start-up through the admin and the job
+    handlers, though most never call S3 (a folder store) or Slack (off by default). They are
+    imported when the S3 store or a Slack post is first used."""
+    script = (
+        "import json, sys, django\n"
+        "django.setup()\n"
+        "import project.urls\n"
+        "from jobs import registry\n"
+        "registry.discover()\n"
+        "from inbound_email.stores import default_store\n"
+        "default_store()\n"
+        "heavy = ('boto3', 'botocore', 'slack_sdk')\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in heavy)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env=child_env(),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []

@@ -50,6 +50,7 @@ class LockstepServer:
         self.chunk = chunk
         self.timeout = timeout
         self.bytes_sent = 0
+        self._ends: tuple[tuple[str, int], tuple[str, int]] | None = None  # (ours, the client's)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._thread = threading.Thread(target=self._serve, name="lockstep-server", daemon=True)
@@ -61,6 +62,14 @@ class LockstepServer:
     def __enter__(self) -> LockstepServer:
         self._thread.start()
         return self
+
+    def client_connected(self) -> bool:
+        """Whether the client's end of the connection is still open (established): a client that
+        closed its socket is in FIN_WAIT at once, so this is False right after its close()."""
+        if self._ends is None:
+            return False
+        local, peer = self._ends
+        return _queues((peer, local))[0] is not None
 
     def __exit__(self, *exc: object) -> None:
         self._listener.close()
@@ -78,6 +87,7 @@ class LockstepServer:
                 + f"Content-Length: {len(self.body)}\r\nConnection: close\r\n\r\n".encode()
             )
             local = conn.getsockname()
+            self._ends = (local, peer)
             deadline = time.monotonic() + self.timeout
             for start in range(0, len(self.body), self.chunk):
                 if not self._read_up(local, peer, deadline):

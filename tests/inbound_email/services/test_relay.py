@@ -24,8 +24,8 @@ from inbound_email.services.relay import (
     reply_relay_claim,
     reply_relay_enqueue,
     reply_relay_record,
-    reply_relay_slack,
 )
+from inbound_email.services.relay_slack import reply_relay_slack
 from inbound_email.slack import post_message
 from jobs import run_pending
 from jobs.models import Job
