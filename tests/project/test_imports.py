@@ -118,6 +118,21 @@ def test_no_import_cycle_among_our_modules():
         raise AssertionError(f"module-level import cycle: {cycle}") from None
 
 
+def _last_json_line(script: str):
+    """Run `script` in a fresh Python process on the test settings; its last line, as JSON."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env=child_env(),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
 def test_every_module_imports_in_a_fresh_process():
     """A name moved or removed by a refactoring fails here, in a process that has imported
     nothing of ours but what django.setup() loads."""
@@ -133,17 +148,7 @@ def test_every_module_imports_in_a_fresh_process():
         "        failed[name] = traceback.format_exc(limit=3)\n"
         "print(json.dumps(failed))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        env=child_env(),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    failed = json.loads(result.stdout.strip().splitlines()[-1])
+    failed = _last_json_line(script)
     assert failed == {}, "\n".join(failed.values())
     assert len(names) > 90  # every app was found
 
@@ -164,14 +169,4 @@ def test_a_process_that_makes_no_s3_or_slack_call_does_not_import_their_sdks():
         "heavy = ('boto3', 'botocore', 'slack_sdk')\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in heavy)))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        env=child_env(),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+    assert _last_json_line(script) == []
