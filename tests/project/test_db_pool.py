@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import pytest
 
-from tests.support.processes import PROJECT_ROOT, child_env
+from tests.support.processes import child_env, django_python
 
 POOL = (
     "from django.conf import settings; import json;"
@@ -20,15 +19,7 @@ POOL = (
 
 
 def _python(code: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()\n" + code],
-        env=child_env(**env),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return django_python(code, env=child_env(**env), timeout=timeout)
 
 
 def _pool(**env: str) -> dict | None:

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import ast
 import json
-import subprocess
-import sys
 from graphlib import CycleError, TopologicalSorter
 
-from tests.support.processes import PROJECT_ROOT, child_env
+from tests.support.processes import PROJECT_ROOT, django_python
 
 APPS = ("canonical_ids", "jobs", "inbound_email", "notifications", "ops", "processes", "project")
 
@@ -118,17 +116,9 @@ def test_no_import_cycle_among_our_modules():
         raise AssertionError(f"module-level import cycle: {cycle}") from None
 
 
-def _last_json_line(script: str):
-    """Run `script` in a fresh Python process on the test settings; its last line, as JSON."""
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        env=child_env(),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def _last_json_line(code: str):
+    """Run `code` in a fresh process after django.setup(); its last line, as JSON."""
+    result = django_python(code, timeout=120)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -138,8 +128,7 @@ def test_every_module_imports_in_a_fresh_process():
     nothing of ours but what django.setup() loads."""
     names = sorted(import_graph())
     script = (
-        "import importlib, json, traceback, django\n"
-        "django.setup()\n"
+        "import importlib, json, traceback\n"
         "failed = {}\n"
         f"for name in {names!r}:\n"
         "    try:\n"
@@ -159,8 +148,7 @@ def test_a_process_that_makes_no_s3_or_slack_call_does_not_import_their_sdks():
     handlers, though most never call S3 (a folder store) or Slack (off by default). They are
     imported when the S3 store or a Slack post is first used."""
     script = (
-        "import json, sys, django\n"
-        "django.setup()\n"
+        "import json, sys\n"
         "import project.urls\n"
         "from jobs import registry\n"
         "registry.discover()\n"

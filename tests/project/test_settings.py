@@ -8,20 +8,11 @@ import sys
 
 import pytest
 
-from tests.support.processes import PROJECT_ROOT, child_env, manage_py
+from tests.support.processes import PROJECT_ROOT, child_env, django_python, manage_py
 
 
 def _django_setup(code: str = "", **env: str) -> subprocess.CompletedProcess:
-    script = "import django; django.setup();" + code
-    return subprocess.run(
-        [sys.executable, "-c", script],
-        env=child_env(**env),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return django_python(code, env=child_env(**env))
 
 
 DEV_KEY = "django-insecure-dev-only-never-use-in-production"  # the old DEBUG default
@@ -78,15 +69,7 @@ def test_a_real_secret_key_starts_with_debug_off():
 def _embedded_default(tmp_path, code: str) -> subprocess.CompletedProcess:
     env = child_env(WORKER_VAR_DIR=str(tmp_path), SECRET_KEY="")
     env.pop("DATABASE_URL")
-    return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup();" + code],
-        env=env,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return django_python(code, env=env)
 
 
 def _ensure_key(tmp_path) -> subprocess.CompletedProcess:
@@ -153,20 +136,10 @@ def test_a_slack_timeout_under_10_seconds_is_refused_at_start_up():
 def test_default_database_is_the_embedded_postgresql_socket_under_the_var_dir(tmp_path):
     env = child_env(WORKER_VAR_DIR=str(tmp_path))
     env.pop("DATABASE_URL")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import django; django.setup(); from django.conf import settings as s; "
-            "d = s.DATABASES['default']; "
-            "print(d['ENGINE'], d['HOST'], d['NAME'], s.DB_IS_EMBEDDED)",
-        ],
+    result = django_python(
+        "from django.conf import settings as s; d = s.DATABASES['default']; "
+        "print(d['ENGINE'], d['HOST'], d['NAME'], s.DB_IS_EMBEDDED)",
         env=env,
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [

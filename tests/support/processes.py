@@ -54,6 +54,23 @@ def manage_py(
     )
 
 
+def django_python(
+    code: str, *, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    """Run `code` in a new Python process after `django.setup()`, from the checkout, with the
+    test database's environment (`child_env()` unless `env`), output captured as text; a
+    non-zero exit is returned, not raised: start-up refusals are what many callers check."""
+    return subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()\n" + code],
+        env=child_env() if env is None else env,
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def spawn_manage_py(*args: str, env: dict[str, str], **kwargs) -> subprocess.Popen:
     """Start `python manage.py ARGS` in the background (caller must wait/kill it)."""
     kwargs.setdefault("stdout", subprocess.PIPE)
