@@ -87,8 +87,10 @@ def test_a_pruned_schedule_neither_fires_its_kept_tick_again_nor_catches_up_olde
     settings.JOBS_FAILED_RETENTION_DAYS = 0
     settings.JOBS_CANCELLED_RETENTION_DAYS = 0
     schedule = Periodic(name="daily", kind="tests.noop", every=86400, overlap=True)
-    now = db_now()
-    ticks = [now - timedelta(days=n) for n in (3, 2)]
+    # On the schedule's own ticks (midnight UTC): a tick an hour after an unaligned one could
+    # be a real due tick (the test failed when run between 23:00 and midnight).
+    midnight = db_now().replace(hour=0, minute=0, second=0, microsecond=0)
+    ticks = [midnight - timedelta(days=n) for n in (3, 2)]
     for tick in ticks:
         assert fire(schedule, tick) == "enqueued"
 
