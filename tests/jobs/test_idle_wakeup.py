@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from django.db import connection
 
 from jobs.models import Job
 from tests.jobs.test_wakeup import _qcluster
@@ -47,3 +48,81 @@ def test_an_idle_qcluster_starts_a_job_without_waiting_for_the_broker_poll(worke
             time.sleep(0.3)  # idle again: the drain has returned, the pusher polls
     print(f"commit -> start in an idle cluster: {', '.join(f'{w:.3f}' for w in waits)} s")
     assert max(waits) < 2.0, (waits, log.read_text()[-3000:])
+
+
+def _claiming_sessions() -> set[int]:
+    """The server sessions whose last statement was the runner's claim step: a qcluster
+    worker's drain session, idle between wake tasks."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND query LIKE '%%jobs_runner_step_v%%'"
+        )
+        return {pid for (pid,) in cursor.fetchall()}
+
+
+def _run_one(log) -> None:
+    job_id = plain_insert("tests.noop", "{}")
+    deadline = time.monotonic() + 30
+    while Job.objects.get(pk=job_id).status != Job.Status.COMPLETED:
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.02)
+    time.sleep(0.5)  # the drain has returned: the worker waits on django-q2's task queue
+
+
+@pytest.mark.slow
+def test_an_idle_qcluster_worker_claims_on_the_session_it_kept_from_its_last_wake_task(
+    worker_env, tmp_path
+):
+    """Issue 37, point 1, the burst after an idle minute. django-q2 calls Django's
+    `close_old_connections()` before each task, which with `CONN_MAX_AGE=0` (the default)
+    closed the worker's session: the drain of the next wake task connected anew, and the
+    new server process compiled the claim's PL/pgSQL step and planned its statements again
+    (a connection and a 13-17 ms first claim of the ~35-60 ms from commit to start seen in
+    the server's log). A worker process keeps its drain's session between tasks: the second
+    job's claim runs on the session that made the first one's."""
+    env = {
+        **worker_env,
+        "Q_WORKERS": "1",
+        "JOBS_LINGER_SECONDS": "0",  # idle as soon as a drain runs out of jobs
+        "LOG_LEVEL": "INFO",
+        "LOG_FORMAT": "text",
+    }
+    log = tmp_path / "qcluster.log"
+    with _qcluster(env, log):
+        _run_one(log)
+        first = _claiming_sessions()
+        _run_one(log)
+        second = _claiming_sessions()
+    assert len(first) == 1, (first, log.read_text()[-3000:])
+    assert second == first, (first, second)
+
+
+@pytest.mark.slow
+def test_a_kept_worker_session_the_server_ended_is_replaced_at_the_next_wake_task(
+    worker_env, tmp_path
+):
+    """The kept session's risk: the server ends it while the worker idles (a restart, a
+    failover, a pooler's idle timeout). Django's health check (CONN_HEALTH_CHECKS) tests it
+    before the next task's first query, so that task connects anew and the job starts as
+    before, with no "connection lost" and no retry."""
+    env = {
+        **worker_env,
+        "Q_WORKERS": "1",
+        "JOBS_LINGER_SECONDS": "0",
+        "LOG_LEVEL": "INFO",
+        "LOG_FORMAT": "text",
+    }
+    log = tmp_path / "qcluster.log"
+    with _qcluster(env, log):
+        _run_one(log)
+        (kept,) = _claiming_sessions()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [kept])
+        _run_one(log)
+        after = _claiming_sessions()
+    assert len(after) == 1 and kept not in after, (kept, after)
+    # Without the health check the drain's first statement failed on it: a warning, a
+    # reconnect after a second, the job that much later.
+    text = log.read_text()
+    assert "connection lost" not in text and "Traceback" not in text, text[-3000:]
