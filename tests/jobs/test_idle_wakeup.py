@@ -16,6 +16,17 @@ from tests.support.wakeup import plain_insert
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def _idle_cluster_env(worker_env: dict[str, str], **overrides: str) -> dict[str, str]:
+    """A qcluster whose drains return as soon as they run out of jobs: idle at once."""
+    return {
+        **worker_env,
+        "JOBS_LINGER_SECONDS": "0",
+        "LOG_LEVEL": "INFO",
+        "LOG_FORMAT": "text",
+        **overrides,
+    }
+
+
 @pytest.mark.slow
 def test_an_idle_qcluster_starts_a_job_without_waiting_for_the_broker_poll(worker_env, tmp_path):
     """Issue 37, point 1: the wake-up p95 under 50 ms, "a burst after an idle minute
@@ -24,14 +35,7 @@ def test_an_idle_qcluster_starts_a_job_without_waiting_for_the_broker_poll(worke
     broker (Q_POLL), and before it the listener's coalescing window for lingering drains that
     were not there. With Q_POLL at 10 s, each of three jobs committed into an idle cluster
     must start within 2 s of its commit: the pusher is woken by the listener, not its poll."""
-    env = {
-        **worker_env,
-        "Q_WORKERS": "2",
-        "Q_POLL": "10",
-        "JOBS_LINGER_SECONDS": "0",  # idle as soon as a drain runs out of jobs
-        "LOG_LEVEL": "INFO",
-        "LOG_FORMAT": "text",
-    }
+    env = _idle_cluster_env(worker_env, Q_WORKERS="2", Q_POLL="10")
     log = tmp_path / "qcluster.log"
     with _qcluster(env, log):
         # The pusher's first poll: the cluster's start-up tasks are taken and it sleeps.
@@ -81,13 +85,7 @@ def test_an_idle_qcluster_worker_claims_on_the_session_it_kept_from_its_last_wak
     (a connection and a 13-17 ms first claim of the ~35-60 ms from commit to start seen in
     the server's log). A worker process keeps its drain's session between tasks: the second
     job's claim runs on the session that made the first one's."""
-    env = {
-        **worker_env,
-        "Q_WORKERS": "1",
-        "JOBS_LINGER_SECONDS": "0",  # idle as soon as a drain runs out of jobs
-        "LOG_LEVEL": "INFO",
-        "LOG_FORMAT": "text",
-    }
+    env = _idle_cluster_env(worker_env, Q_WORKERS="1")
     log = tmp_path / "qcluster.log"
     with _qcluster(env, log):
         _run_one(log)
@@ -106,13 +104,7 @@ def test_a_kept_worker_session_the_server_ended_is_replaced_at_the_next_wake_tas
     failover, a pooler's idle timeout). Django's health check (CONN_HEALTH_CHECKS) tests it
     before the next task's first query, so that task connects anew and the job starts as
     before, with no "connection lost" and no retry."""
-    env = {
-        **worker_env,
-        "Q_WORKERS": "1",
-        "JOBS_LINGER_SECONDS": "0",
-        "LOG_LEVEL": "INFO",
-        "LOG_FORMAT": "text",
-    }
+    env = _idle_cluster_env(worker_env, Q_WORKERS="1")
     log = tmp_path / "qcluster.log"
     with _qcluster(env, log):
         _run_one(log)
