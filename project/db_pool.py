@@ -49,6 +49,7 @@ import atexit
 import copy
 import os
 import threading
+from collections import deque
 from time import monotonic
 from typing import Any
 
@@ -133,6 +134,51 @@ def pooled(alias: str = "default") -> bool:
     return bool(settings.DATABASES[alias].get("OPTIONS", {}).get("pool"))
 
 
+class _Waiter:
+    __slots__ = ("granted", "woken")
+
+    def __init__(self) -> None:
+        self.granted = False
+        self.woken = threading.Event()
+
+
+class FairUnits:
+    """A counting semaphore that serves its waiters in the order they came: a unit given back
+    goes straight to the longest waiter. threading.Semaphore only wakes one, and a thread
+    that gave a unit back and asks again at once (a slot between two jobs) took it before
+    the woken one ran: with fifty slots on four units one slot waited past DB_POOL_TIMEOUT
+    while the units turned over every few hundred milliseconds
+    (tests/project/test_slot_share.py)."""
+
+    def __init__(self, units: int) -> None:
+        self._free = units
+        self._waiters: deque[_Waiter] = deque()
+        self._lock = threading.Lock()
+
+    def acquire(self, timeout: float) -> bool:
+        with self._lock:
+            if self._free and not self._waiters:
+                self._free -= 1
+                return True
+            waiter = _Waiter()
+            self._waiters.append(waiter)
+        waiter.woken.wait(timeout)
+        with self._lock:
+            if waiter.granted:  # perhaps just after the wait timed out: it is ours
+                return True
+            self._waiters.remove(waiter)
+            return False
+
+    def release(self) -> None:
+        with self._lock:
+            if self._waiters:
+                waiter = self._waiters.popleft()
+                waiter.granted = True
+                waiter.woken.set()
+            else:
+                self._free += 1
+
+
 class SlotShare:
     """The pooled connections a drain's thread slots may hold at once: the pool's size less
     the OTHER_THREADS the worker process keeps for its drain, keeper and other threads (at
@@ -143,7 +189,7 @@ class SlotShare:
         self.units = max(1, max_size - OTHER_THREADS)
         self.max_size = max_size
         self.timeout = timeout
-        self._free = threading.Semaphore(self.units)
+        self._free = FairUnits(self.units)  # first come, first served
         self._waiting = 0  # slots waiting for a unit now
         self._lock = threading.Lock()
 
