@@ -18,27 +18,20 @@ def test_one_statement_has_one_name_whatever_values_its_parameters_carry():
     and which of them a drain's second step carried depended on timing (whether a claim floor
     was set, whether completions were due): a named case picked in the clean run was "not
     reached" in its faulted run (tests/faults/test_slots_faults.py in CI, 2026-12-08)."""
-    shapes = [
-        _STEP.format(
-            worker="'vm:1:a'", done="'{}'", mark="NULL", floor="NULL", kinds="NULL", sync="false"
+    values = [  # worker, done, mark, floor, kinds, sync
+        ("'vm:1:a'", "'{}'", "NULL", "NULL", "NULL", "false"),
+        (
+            "'vm:1:a'",
+            "'{7,8}'::int2[]",
+            "42",
+            "'2026-12-08 00:00:00+00:00'::timestamptz",
+            "'{a,b}'::text[]",
+            "true",
         ),
-        _STEP.format(
-            worker="'vm:1:a'",
-            done="'{7,8}'::int2[]",
-            mark="42",
-            floor="'2026-12-08 00:00:00+00:00'::timestamptz",
-            kinds="'{a,b}'::text[]",
-            sync="true",
-        ),
-        _STEP.format(
-            worker="'vm:2:b'",
-            done="'{70000}'::int4[]",
-            mark="NULL",
-            floor="NULL",
-            kinds="'{}'",
-            sync="false",
-        ),
+        ("'vm:2:b'", "'{70000}'::int4[]", "NULL", "NULL", "'{}'", "false"),
     ]
+    names = ("worker", "done", "mark", "floor", "kinds", "sync")
+    shapes = [_STEP.format(**dict(zip(names, row, strict=True))) for row in values]
     assert len({fingerprint(sql) for sql in shapes}) == 1, [fingerprint(s) for s in shapes]
 
 
